@@ -1,0 +1,96 @@
+"""The Python API: ``optimize``, ``verify`` and ``explain``.
+
+    import onnxopt
+    proto = onnxopt.optimize("model.onnx", output="model.opt.onnx", target="cpu")
+    report = onnxopt.verify("model.onnx", "model.opt.onnx")
+    assert report.ok
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from onnx import ModelProto
+
+from onnxopt.errors import UsageError
+from onnxopt.exporter.save import inline_external, save_model
+from onnxopt.options import OptimizeOptions
+from onnxopt.pipeline import OptimizeResult, run_pipeline
+from onnxopt.verification import VerifyReport, verify_models
+
+
+def optimize(model: str | os.PathLike | ModelProto, output: str | os.PathLike | None = None, *,
+             options: OptimizeOptions | None = None, return_result: bool = False,
+             **option_kwargs: Any) -> ModelProto | OptimizeResult:
+    """Optimize a model given as a path or ModelProto; return the optimized ModelProto.
+
+    With ``output`` the result is also written there atomically (external
+    data beside it when the input had some or the model passes 2 GB). Keyword
+    options are those of :class:`OptimizeOptions` (``target="cpu"``, ...).
+    """
+    options = options or OptimizeOptions(**_option_kwargs(option_kwargs))
+    source = os.fspath(model) if isinstance(model, (str, os.PathLike)) else model
+    if output is not None:
+        check_output_path(source if isinstance(source, str) else None, os.fspath(output))
+    result = run_pipeline(source, options)
+    if output is not None:
+        write_result(result, os.fspath(output), source if isinstance(source, str) else None)
+    if return_result:
+        return result
+    proto = result.proto
+    if result.external:
+        proto = ModelProto()
+        proto.CopyFrom(result.proto)
+        inline_external(proto, result.external)
+    return proto
+
+
+def verify(original: str | os.PathLike | ModelProto, optimized: str | os.PathLike | ModelProto,
+           **kwargs: Any) -> VerifyReport:
+    """Run both models on random inputs at several sizes and compare every output."""
+    def norm(m):
+        return os.fspath(m) if isinstance(m, (str, os.PathLike)) else m
+    return verify_models(norm(original), norm(optimized), **kwargs)
+
+
+def explain(model: str | os.PathLike | ModelProto, **option_kwargs: Any):
+    """Every candidate region with what matched and why it was or was not fused."""
+    from onnxopt.match.explain import explain_model
+
+    options = OptimizeOptions(**_option_kwargs(option_kwargs))
+    source = os.fspath(model) if isinstance(model, (str, os.PathLike)) else model
+    return explain_model(source, options)
+
+
+def check_output_path(source: str | None, output: str) -> None:
+    """Refuse outputs that would overwrite the input or cannot be written, before any work."""
+    if source is not None and os.path.exists(output) and os.path.samefile(source, output):
+        raise UsageError(f"{output}: output path is the input file; refusing to overwrite it")
+    if source is not None and os.path.abspath(source) == os.path.abspath(output):
+        raise UsageError(f"{output}: output path is the input file; refusing to overwrite it")
+    if os.path.isdir(output):
+        raise UsageError(f"{output}: output path is a directory")
+    folder = os.path.dirname(os.path.abspath(output))
+    if not os.path.isdir(folder):
+        raise UsageError(f"{output}: output folder {folder} does not exist")
+
+
+def write_result(result: OptimizeResult, output: str, source: str | None) -> None:
+    protected = frozenset(_source_files(result))
+    if source is not None:
+        protected |= {os.path.realpath(source)}
+    save_model(result.proto, result.external, output,
+               use_external=result.model.had_external_data, protected=protected)
+
+
+def _source_files(result: OptimizeResult) -> set[str]:
+    return {os.path.realpath(t.external.path) for t in result.external.values() if t.external}
+
+
+def _option_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
+    out = dict(kwargs)
+    for key in ("only", "disable"):
+        if key in out and out[key] is not None:
+            out[key] = frozenset(out[key])
+    return out

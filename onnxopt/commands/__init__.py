@@ -1,0 +1,16 @@
+"""One file per command; ``register`` adds them all to the click group."""
+
+from __future__ import annotations
+
+import click
+
+
+def register(group: click.Group) -> None:
+    if group.commands:
+        return
+    from onnxopt.commands.ir_cmd import ir
+    from onnxopt.commands.optimize_cmd import optimize
+    from onnxopt.commands.verify_cmd import verify
+
+    for cmd in (optimize, ir, verify):
+        group.add_command(cmd)

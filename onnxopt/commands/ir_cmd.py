@@ -1,0 +1,31 @@
+"""``onnxopt ir``: print the semantic IR."""
+
+from __future__ import annotations
+
+import click
+
+from onnxopt.cli import debug_option
+
+
+@click.command("ir")
+@click.argument("model", type=click.Path(dir_okay=False))
+@click.option("--normalized", is_flag=True, help="Print the IR after normalization.")
+@debug_option
+def ir(model: str, normalized: bool, debug: bool) -> None:
+    """Print MODEL's semantic IR as text (``{}`` ONNX attributes, ``<>`` recorded meaning)."""
+    from onnxopt.importer import import_model
+    from onnxopt.ir.printer import format_graph
+    from onnxopt.ir.verifier import verify_graph
+
+    m = import_model(model)
+    if debug:
+        verify_graph(m.graph)
+    if normalized:
+        from onnxopt import normalize
+        from onnxopt.options import OptimizeOptions
+
+        normalize.run(m, OptimizeOptions(debug=debug))
+    opsets = ", ".join(f"{d or 'ai.onnx'}:{v}" for d, v in sorted(m.opset_imports.items()))
+    click.echo(f"# ir_version {m.ir_version}; opsets {opsets}; producer {m.producer_name} "
+               f"{m.producer_version}".rstrip())
+    click.echo(format_graph(m.graph))

@@ -1,0 +1,71 @@
+"""``onnxopt optimize``: the main job."""
+
+from __future__ import annotations
+
+import os
+
+import click
+
+from onnxopt.cli import debug_option, write_json
+
+
+def default_output(path: str) -> str:
+    """``model.onnx`` → ``model.opt.onnx`` (any other name gets ``.opt.onnx`` appended)."""
+    root, ext = os.path.splitext(path)
+    return f"{root}.opt.onnx" if ext.lower() == ".onnx" else f"{path}.opt.onnx"
+
+
+@click.command("optimize")
+@click.argument("model", type=click.Path(dir_okay=False))
+@click.option("-o", "--output", type=click.Path(), default=None,
+              help="Where to write the result (default: MODEL with .opt.onnx).")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
+              help="Write the report (node counts, stage times, fusions) as JSON.")
+@click.option("--verify", "do_verify", is_flag=True,
+              help="Compare the result with MODEL in ONNX Runtime; exit 1 on a mismatch.")
+@click.option("--target", type=click.Choice(["cpu", "cuda"]), default=None,
+              help="Target device (default: cuda only where a CUDA device is usable).")
+@click.option("--only", multiple=True, help="Run only this fusion rule (repeatable).")
+@click.option("--disable", multiple=True, help="Do not run this fusion rule (repeatable).")
+@click.option("--no-fuse", is_flag=True, help="Import, normalize and export only.")
+@click.option("-q", "--quiet", is_flag=True, help="Print nothing but errors.")
+@debug_option
+def optimize(model: str, output: str | None, json_path: str | None, do_verify: bool,
+             target: str | None, only: tuple[str, ...], disable: tuple[str, ...], no_fuse: bool,
+             quiet: bool, debug: bool) -> None:
+    """Optimize MODEL and write the result; print a report of what changed."""
+    from onnxopt.api import check_output_path, write_result
+    from onnxopt.commands.report import print_optimize, print_verify, stage_progress
+    from onnxopt.errors import VerificationError
+    from onnxopt.options import OptimizeOptions
+    from onnxopt.pipeline import run_pipeline
+
+    output = output or default_output(model)
+    if not os.path.exists(model):
+        from onnxopt.errors import UsageError
+
+        raise UsageError(f"{model}: no such file")
+    check_output_path(model, output)
+    options = OptimizeOptions(target=target, only=frozenset(only), disable=frozenset(disable),
+                              fuse=not no_fuse, debug=debug)
+    with stage_progress(enabled=not quiet) as progress:
+        result = run_pipeline(model, options, progress=progress)
+        progress("write")
+        write_result(result, output, model)
+    data = result.report.to_json()
+    data["output"] = output
+    verify_report = None
+    if do_verify:
+        from onnxopt.verification import verify_models
+
+        verify_report = verify_models(model, output)
+        data["verify"] = verify_report.to_json()
+    if not quiet:
+        print_optimize(result.report, output)
+        if verify_report is not None:
+            print_verify(verify_report)
+    if json_path:
+        write_json(json_path, data)
+    if verify_report is not None and not verify_report.ok:
+        bad = ", ".join(o.name for o in verify_report.outputs if not o.ok)
+        raise VerificationError(f"optimized model differs from {model} beyond tolerance: {bad}")

@@ -1,0 +1,83 @@
+"""Terminal rendering of reports (rich tables, a progress line on a terminal)."""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+
+from rich.console import Console
+from rich.table import Table
+
+from onnxopt.pipeline import OptimizeReport
+from onnxopt.verification import VerifyReport
+
+
+def console() -> Console:
+    return Console(highlight=False, soft_wrap=True)
+
+
+@contextlib.contextmanager
+def stage_progress(enabled: bool = True):
+    """Yield a ``progress(stage_name)`` callback; shows a spinner only on an interactive stderr."""
+    if not enabled or not sys.stderr.isatty():
+        yield lambda _name: None
+        return
+    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
+                  console=Console(stderr=True), transient=True) as bar:
+        task = bar.add_task("starting", total=None)
+        yield lambda name: bar.update(task, description=name)
+
+
+def print_optimize(report: OptimizeReport, output: str) -> None:
+    out = console()
+    before, after = report.nodes_before, report.nodes_after
+    table = Table(title="nodes by op", show_edge=False, title_justify="left")
+    table.add_column("op")
+    table.add_column("before", justify="right")
+    table.add_column("after", justify="right")
+    ops = sorted(set(before) | set(after), key=lambda op: (-(before[op] + after[op]), op))
+    changed = [op for op in ops if before[op] != after[op]]
+    shown = changed + [op for op in ops if op not in changed][: max(0, 12 - len(changed))]
+    for op in shown:
+        table.add_row(op, str(before[op]), str(after[op]))
+    hidden = len(ops) - len(shown)
+    if hidden:
+        table.add_row(f"({hidden} more unchanged)", "", "")
+    table.add_row("total", str(sum(before.values())), str(sum(after.values())), style="bold")
+    out.print(table)
+    for name, summary in report.stages.items():
+        printer = _STAGE_PRINTERS.get(name)
+        if printer is not None:
+            printer(out, summary)
+    times = "  ".join(f"{k} {v * 1000:.0f} ms" for k, v in report.stage_seconds.items())
+    out.print(f"stages: {times}")
+    out.print(f"wrote {output}")
+
+
+def print_normalize(out: Console, summary: dict[str, int]) -> None:
+    if summary:
+        out.print("normalize: " + ", ".join(f"{k} {v}" for k, v in summary.items()))
+
+
+_STAGE_PRINTERS = {"normalize": print_normalize}
+
+
+def register_stage_printer(stage: str, printer) -> None:
+    _STAGE_PRINTERS[stage] = printer
+
+
+def print_verify(report: VerifyReport) -> None:
+    out = console()
+    table = Table(title="verify", show_edge=False, title_justify="left")
+    for col in ("output", "dtype", "max abs", "max rel", "tolerance", "result"):
+        table.add_column(col, justify="right" if col.startswith(("max", "tol")) else "left")
+    for o in report.outputs:
+        result = "bitwise equal" if o.bitwise else ("ok" if o.ok else "MISMATCH")
+        table.add_row(o.name, o.dtype, f"{o.max_abs:.3g}", f"{o.max_rel:.3g}", f"{o.tolerance:g}",
+                      result)
+    out.print(table)
+    shapes = "; ".join(", ".join(f"{k}{list(v)}" for k, v in run.items()) for run in report.runs)
+    out.print(f"runs: {shapes}")
+    out.print("verify: " + ("ok" if report.ok else "FAILED"))

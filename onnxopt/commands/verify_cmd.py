@@ -1,0 +1,38 @@
+"""``onnxopt verify``: compare two models numerically in ONNX Runtime."""
+
+from __future__ import annotations
+
+import click
+
+from onnxopt.cli import debug_option, write_json
+
+
+@click.command("verify")
+@click.argument("original", type=click.Path(dir_okay=False))
+@click.argument("optimized", type=click.Path(dir_okay=False))
+@click.option("--runs", default=3, show_default=True, type=click.IntRange(2, 20),
+              help="Number of input size sets (batch 1/2, several sequence lengths).")
+@click.option("--seed", default=0, show_default=True, type=int)
+@click.option("--rtol", type=float, default=None,
+              help="Relative tolerance (default: 1e-4 float32, 2e-2 float16).")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
+              help="Also write the comparison as JSON.")
+@debug_option
+def verify(original: str, optimized: str, runs: int, seed: int, rtol: float | None,
+           json_path: str | None, debug: bool) -> None:
+    """Run ORIGINAL and OPTIMIZED on the same random inputs and compare every output.
+
+    Inputs respect symbolic dimensions (batch, seq), attention masks contain
+    padding. Exits 1 when any output differs beyond tolerance.
+    """
+    from onnxopt.commands.report import print_verify
+    from onnxopt.errors import VerificationError
+    from onnxopt.verification import verify_models
+
+    report = verify_models(original, optimized, runs=runs, seed=seed, rtol=rtol)
+    print_verify(report)
+    if json_path:
+        write_json(json_path, report.to_json())
+    if not report.ok:
+        bad = ", ".join(o.name for o in report.outputs if not o.ok)
+        raise VerificationError(f"outputs differ beyond tolerance: {bad}")

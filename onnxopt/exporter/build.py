@@ -1,0 +1,203 @@
+"""Semantic IR → ONNX ModelProto.
+
+The exporter writes back exactly what the IR holds: the same graph inputs,
+outputs, names, dtypes and symbolic shapes; constants as initializers (an
+unchanged weight reuses its original TensorProto, an external one keeps its
+reference until :mod:`onnxopt.exporter.save` streams its bytes); semantic
+flags lowered to ONNX spelling (a MatMul with ``transpose_b`` gets its
+Transpose back). Opset imports cover every domain used; the IR version is
+the lowest that the opset needs and the installed ONNX Runtime accepts.
+"""
+
+from __future__ import annotations
+
+import onnx
+from onnx import AttributeProto, GraphProto, ModelProto, TensorProto, helper, numpy_helper
+
+from onnxopt.exporter.versions import choose_ir_version
+from onnxopt.ir.dtypes import dtype_code
+from onnxopt.ir.graph import Graph
+from onnxopt.ir.model import Model
+from onnxopt.ir.node import Attr, Node
+from onnxopt.ir.tensor import LazyTensor
+from onnxopt.ir.value import Value
+
+EXTERNAL_MARK = "__onnxopt_external__"
+
+
+def export_model(model: Model) -> ModelProto:
+    """Build a ModelProto with every weight inline (external ones are read)."""
+    proto, external = export_model_lazy(model)
+    if external:
+        from onnxopt.exporter.save import inline_external
+
+        inline_external(proto, external)
+    return proto
+
+
+def export_model_lazy(model: Model) -> tuple[ModelProto, dict[str, LazyTensor]]:
+    """Build a ModelProto whose external tensors are placeholders, and those tensors by name.
+
+    :func:`onnxopt.exporter.save.save_model` streams the placeholders' bytes
+    to a data file, so weights never need to be in memory all at once.
+    """
+    exporter = _Exporter(model)
+    graph = exporter.graph(model.graph)
+    opsets = dict(model.opset_imports)
+    for node in model.graph.all_nodes():
+        if node.domain not in ("", "ai.onnx") and node.domain not in opsets:
+            opsets[node.domain] = 1
+    proto = helper.make_model(
+        graph,
+        opset_imports=[helper.make_opsetid(d, v) for d, v in sorted(opsets.items())],
+        producer_name=model.producer_name or "onnxopt",
+        producer_version=model.producer_version,
+    )
+    proto.domain = model.domain
+    proto.model_version = model.model_version
+    proto.doc_string = model.doc_string
+    for k, v in model.metadata_props.items():
+        proto.metadata_props.add(key=k, value=v)
+    proto.functions.extend(model.functions)
+    proto.ir_version = choose_ir_version(model.ir_version, opsets.get("", 0))
+    return proto, exporter.external
+
+
+class _Exporter:
+    def __init__(self, model: Model) -> None:
+        self.model = model
+        self.external: dict[str, LazyTensor] = {}
+
+    def graph(self, g: Graph) -> GraphProto:
+        gp = GraphProto()
+        gp.name = g.name
+        gp.doc_string = g.doc_string
+        for v in g.inputs:
+            gp.input.append(value_info(v))
+        for name, tensor in g.input_defaults.items():
+            gp.initializer.append(self.tensor(tensor, name))
+        for v in g.constants.values():
+            gp.initializer.append(self.tensor(v.const, v.name))
+        known = {v.name for v in g.inputs} | set(g.constants) | {v.name for v in g.outputs}
+        for node in g:
+            for n in self.node(node):
+                gp.node.append(n)
+            for out in node.outputs:
+                if out.name in known or (out.dtype is None and out.shape is None):
+                    continue
+                if out.name in self.model.declared_value_info or node.created_by:
+                    gp.value_info.append(value_info(out))
+        for v in g.outputs:
+            gp.output.append(value_info(v))
+        return gp
+
+    def node(self, node: Node) -> list[onnx.NodeProto]:
+        inputs = [v.name if v is not None else "" for v in node.inputs]
+        pre: list[onnx.NodeProto] = []
+        if node.op_type == "MatMul" and node.domain in ("", "ai.onnx"):
+            for flag, pos in (("transpose_a", 0), ("transpose_b", 1)):
+                if node.sem.get(flag):
+                    pre.append(self._swap_last_two(node, pos, inputs))
+        np_ = onnx.NodeProto()
+        np_.op_type = node.op_type
+        np_.domain = node.domain
+        np_.name = node.name
+        np_.doc_string = node.doc_string
+        if node.overload:
+            np_.overload = node.overload
+        np_.input.extend(inputs)
+        np_.output.extend(v.name for v in node.outputs)
+        for name, attr in node.attrs.items():
+            np_.attribute.append(self.attribute(name, attr))
+        for k, v in node.metadata.items():
+            np_.metadata_props.add(key=k, value=v)
+        return pre + [np_]
+
+    def _swap_last_two(self, node: Node, pos: int, inputs: list[str]) -> onnx.NodeProto:
+        value = node.inputs[pos]
+        rank = value.rank
+        if rank is None:
+            raise ValueError(f"{node.name}: transposed operand {value.name} needs a known rank")
+        perm = list(range(rank))
+        perm[-1], perm[-2] = perm[-2], perm[-1]
+        out = node.graph.names.fresh(f"{value.name}_T")
+        inputs[pos] = out
+        return helper.make_node("Transpose", [value.name], [out], name=f"{node.name}_transpose{pos}",
+                                perm=perm)
+
+    def attribute(self, name: str, attr: Attr) -> AttributeProto:
+        t, v = attr.type, attr.value
+        if isinstance(v, tuple) and len(v) == 2 and v[0] == "proto":
+            return v[1]
+        a = AttributeProto()
+        a.name = name
+        a.type = t
+        if isinstance(v, tuple) and len(v) == 2 and v[0] == "ref":
+            a.ref_attr_name = v[1]
+            return a
+        if t == AttributeProto.FLOAT:
+            a.f = float(v)
+        elif t == AttributeProto.INT:
+            a.i = int(v)
+        elif t == AttributeProto.STRING:
+            a.s = v.encode("utf-8", errors="surrogateescape") if isinstance(v, str) else v
+        elif t == AttributeProto.TENSOR:
+            a.t.CopyFrom(self.tensor(v, v.proto.name if v.proto is not None else ""))
+        elif t == AttributeProto.GRAPH:
+            a.g.CopyFrom(self.graph(v))
+        elif t == AttributeProto.FLOATS:
+            a.floats.extend(float(x) for x in v)
+        elif t == AttributeProto.INTS:
+            a.ints.extend(int(x) for x in v)
+        elif t == AttributeProto.STRINGS:
+            a.strings.extend(x.encode("utf-8", errors="surrogateescape") for x in v)
+        elif t == AttributeProto.GRAPHS:
+            a.graphs.extend(self.graph(g) for g in v)
+        elif t == AttributeProto.TENSORS:
+            a.tensors.extend(self.tensor(x, "") for x in v)
+        else:
+            raise ValueError(f"attribute {name}: cannot export type {t}")
+        return a
+
+    def tensor(self, tensor: LazyTensor, name: str) -> TensorProto:
+        if tensor.is_external and tensor.proto is not None and name:
+            t = TensorProto()
+            t.name = name
+            t.data_type = tensor.proto.data_type
+            t.dims.extend(tensor.shape)
+            t.data_location = TensorProto.EXTERNAL
+            t.external_data.add(key="location", value=EXTERNAL_MARK)
+            self.external[name] = tensor
+            return t
+        proto = tensor.proto
+        if proto is not None and proto.name == name:
+            return proto
+        if proto is not None:
+            t = TensorProto()
+            t.CopyFrom(proto)
+            t.name = name
+            return t
+        t = numpy_helper.from_array(tensor.numpy(), name)
+        if t.data_type != dtype_code(tensor.dtype):
+            t.data_type = dtype_code(tensor.dtype)
+        return t
+
+
+def value_info(v: Value) -> onnx.ValueInfoProto:
+    vi = onnx.ValueInfoProto()
+    vi.name = v.name
+    vi.doc_string = v.doc_string
+    if v.dtype is None:
+        return vi
+    tt = vi.type.tensor_type
+    tt.elem_type = dtype_code(v.dtype)
+    if v.shape is not None:
+        shape = tt.shape
+        shape.SetInParent()
+        for d in v.shape:
+            dim = shape.dim.add()
+            if isinstance(d, int):
+                dim.dim_value = d
+            elif isinstance(d, str):
+                dim.dim_param = d
+    return vi

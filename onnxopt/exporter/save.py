@@ -1,0 +1,166 @@
+"""Writing a model to disk atomically, with its external data.
+
+Nothing is written at the destination until everything is ready: the model
+(and its data file, if any) go to temporary files in the destination folder
+and are renamed into place last, so a failure leaves either the old state or
+the complete new one. Weights that were external in the input are streamed
+from their source file to the new data file chunk by chunk; a model over
+2 GB, which protobuf cannot serialise, has its large weights moved out too.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+
+from onnx import ModelProto, TensorProto
+
+from onnxopt.errors import UsageError
+from onnxopt.exporter.build import EXTERNAL_MARK
+from onnxopt.ir.tensor import LazyTensor
+
+PROTOBUF_LIMIT = 2**31 - 1
+EXTERNAL_THRESHOLD = 1024  # bytes: smaller tensors stay inline, as onnx's own saver does
+_ALIGN = 64
+
+
+def save_model(proto: ModelProto, external: dict[str, LazyTensor], path: str, *,
+               use_external: bool = False, protected: frozenset[str] = frozenset()) -> None:
+    """Write ``proto`` to ``path`` atomically.
+
+    ``external`` maps placeholder tensors to their lazy source. With
+    ``use_external`` (or when the model would pass protobuf's 2 GB limit)
+    every tensor of at least 1 KB goes to ``<path>.data``. ``protected``
+    lists real paths that must not be overwritten (the input's own files).
+    """
+    path = os.path.abspath(path)
+    folder = os.path.dirname(path)
+    if not os.path.isdir(folder):
+        raise UsageError(f"{path}: output folder does not exist")
+    if not os.access(folder, os.W_OK):
+        raise UsageError(f"{path}: output folder is not writable")
+    tensors = list(_all_initializers(proto))
+    if not use_external and not external:
+        inline_size = sum(t.ByteSize() for t in tensors)
+        use_external = inline_size > PROTOBUF_LIMIT - (1 << 26)
+    data_tmp = data_path = None
+    try:
+        if use_external or external:
+            data_path = _data_file_name(path, protected)
+            data_tmp = _write_data_file(tensors, external, data_path, use_external)
+        model_tmp = _temp_beside(path)
+        try:
+            with os.fdopen(os.open(model_tmp, os.O_WRONLY | os.O_TRUNC), "wb") as f:
+                f.write(proto.SerializeToString())
+            if data_tmp is not None:
+                os.replace(data_tmp, data_path)
+                data_tmp = None
+            os.replace(model_tmp, path)
+        except BaseException:
+            _unlink_quiet(model_tmp)
+            raise
+    except OSError as e:
+        raise UsageError(f"{path}: cannot write output: {e.strerror or e}") from e
+    finally:
+        if data_tmp is not None:
+            _unlink_quiet(data_tmp)
+
+
+def inline_external(proto: ModelProto, external: dict[str, LazyTensor]) -> None:
+    """Replace placeholders with the tensors' bytes (for in-memory use of small models)."""
+    for t in _all_initializers(proto):
+        if _is_placeholder(t):
+            src = external[t.name]
+            t.data_location = TensorProto.DEFAULT
+            del t.external_data[:]
+            t.raw_data = b"".join(src.raw_chunks())
+
+
+def _write_data_file(tensors: list[TensorProto], external: dict[str, LazyTensor],
+                     data_path: str, move_large: bool) -> str:
+    tmp = _temp_beside(data_path)
+    location = os.path.basename(data_path)
+    offset = 0
+    with open(tmp, "wb") as f:
+        for t in tensors:
+            if _is_placeholder(t):
+                chunks = external[t.name].raw_chunks()
+            elif move_large and t.data_location != TensorProto.EXTERNAL and _raw_size(t) >= EXTERNAL_THRESHOLD:
+                chunks = iter([_raw_bytes(t)])
+                _clear_data(t)
+            else:
+                continue
+            pad = (-offset) % _ALIGN
+            if pad:
+                f.write(b"\0" * pad)
+                offset += pad
+            length = 0
+            for chunk in chunks:
+                f.write(chunk)
+                length += len(chunk)
+            t.data_location = TensorProto.EXTERNAL
+            del t.external_data[:]
+            t.external_data.add(key="location", value=location)
+            t.external_data.add(key="offset", value=str(offset))
+            t.external_data.add(key="length", value=str(length))
+            offset += length
+    return tmp
+
+
+def _is_placeholder(t: TensorProto) -> bool:
+    return t.data_location == TensorProto.EXTERNAL and any(
+        e.key == "location" and e.value == EXTERNAL_MARK for e in t.external_data)
+
+
+def _raw_size(t: TensorProto) -> int:
+    return len(t.raw_data) if t.HasField("raw_data") else t.ByteSize()
+
+
+def _raw_bytes(t: TensorProto) -> bytes:
+    if t.HasField("raw_data"):
+        return t.raw_data
+    from onnx import numpy_helper
+
+    arr = numpy_helper.to_array(t)
+    return arr.astype(arr.dtype.newbyteorder("<")).tobytes()
+
+
+def _clear_data(t: TensorProto) -> None:
+    for field in ("raw_data", "float_data", "int32_data", "int64_data", "double_data",
+                  "uint64_data", "string_data"):
+        t.ClearField(field)
+
+
+def _all_initializers(proto: ModelProto):
+    stack = [proto.graph]
+    while stack:
+        g = stack.pop()
+        yield from g.initializer
+        for node in g.node:
+            for a in node.attribute:
+                if a.HasField("g"):
+                    stack.append(a.g)
+                stack.extend(a.graphs)
+
+
+def _data_file_name(path: str, protected: frozenset[str]) -> str:
+    base = path + ".data"
+    candidate, n = base, 0
+    while os.path.realpath(candidate) in protected:
+        n += 1
+        candidate = f"{path}.{n}.data"
+    return candidate
+
+
+def _temp_beside(path: str) -> str:
+    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp",
+                               dir=os.path.dirname(path))
+    os.close(fd)
+    return tmp
+
+
+def _unlink_quiet(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass

@@ -1,0 +1,280 @@
+"""ONNX ModelProto → semantic IR.
+
+Walks the graph once, resolving every input name through a chain of scopes
+(a subgraph may read values of the graphs around it), so import is linear in
+the model's size. Constant nodes become constants; initializers keep a lazy
+reference to their bytes (embedded or external), so no weight is copied.
+Structural errors — a name read before anything produces it, a cycle, a name
+produced twice — are reported as one-line :class:`ModelError`.
+"""
+
+from __future__ import annotations
+
+import os
+import onnx
+from onnx import AttributeProto, GraphProto, ModelProto, TensorProto
+
+from onnxopt.errors import ModelError
+from onnxopt.importer.load import read_model_proto, resolve_external
+from onnxopt.importer.semantics import annotate
+from onnxopt.importer.toposort import topological_order
+from onnxopt.ir.dtypes import dtype_name
+from onnxopt.ir.graph import Graph, NameScope
+from onnxopt.ir.model import Model
+from onnxopt.ir.node import Attr, Node
+from onnxopt.ir.tensor import LazyTensor
+from onnxopt.ir.value import Shape, Value
+
+
+def import_model(source: str | ModelProto, *, infer_shapes: bool = True) -> Model:
+    """Read a path or ModelProto into the IR (external data referenced, not loaded)."""
+    if isinstance(source, ModelProto):
+        proto, label, base_dir = source, "<model>", None
+    else:
+        path = os.fspath(source)
+        proto, label, base_dir = read_model_proto(path), path, os.path.dirname(os.path.abspath(path))
+    return _Importer(label, base_dir).run(proto, infer_shapes)
+
+
+class _Scope:
+    __slots__ = ("values", "parent")
+
+    def __init__(self, parent: _Scope | None = None) -> None:
+        self.values: dict[str, Value] = {}
+        self.parent = parent
+
+    def lookup(self, name: str) -> Value | None:
+        scope: _Scope | None = self
+        while scope is not None:
+            v = scope.values.get(name)
+            if v is not None:
+                return v
+            scope = scope.parent
+        return None
+
+
+class _Importer:
+    def __init__(self, label: str, base_dir: str | None) -> None:
+        self.label = label
+        self.base_dir = base_dir
+        self.had_external = False
+        self.shapes: dict[str, tuple[str | None, Shape]] = {}
+
+    def run(self, proto: ModelProto, infer_shapes: bool) -> Model:
+        if infer_shapes:
+            self._collect_inferred_shapes(proto)
+        self._collect_value_info(proto.graph)
+        declared = set(_declared_names(proto.graph))
+        graph = self._graph(proto.graph, _Scope(), NameScope(), parent=None)
+        return Model(
+            graph=graph,
+            opset_imports={imp.domain: imp.version for imp in proto.opset_import},
+            ir_version=proto.ir_version,
+            producer_name=proto.producer_name,
+            producer_version=proto.producer_version,
+            domain=proto.domain,
+            model_version=proto.model_version,
+            doc_string=proto.doc_string,
+            metadata_props={p.key: p.value for p in proto.metadata_props},
+            functions=list(proto.functions),
+            base_dir=self.base_dir,
+            had_external_data=self.had_external,
+            declared_value_info=declared,
+        )
+
+    # --- shapes ---------------------------------------------------------------------------------
+    def _collect_inferred_shapes(self, proto: ModelProto) -> None:
+        try:
+            inferred = onnx.shape_inference.infer_shapes(proto, strict_mode=False)
+        except Exception:  # noqa: BLE001 - shape inference is a hint; the graph is checked below
+            return
+        self._collect_value_info(inferred.graph)
+
+    def _collect_value_info(self, g: GraphProto) -> None:
+        for vi in list(g.value_info) + list(g.output) + list(g.input):
+            dtype, shape = type_of(vi.type)
+            old = self.shapes.get(vi.name)
+            if old is None or (old[1] is None and shape is not None) or old[0] is None:
+                self.shapes[vi.name] = (dtype, shape)
+        for node in g.node:
+            for a in node.attribute:
+                for sub in ([a.g] if a.type == AttributeProto.GRAPH else list(a.graphs)):
+                    self._collect_value_info(sub)
+
+    def _typed_value(self, name: str) -> Value:
+        dtype, shape = self.shapes.get(name, (None, None))
+        return Value(name, dtype, shape)
+
+    # --- graphs ---------------------------------------------------------------------------------
+    def _graph(self, g: GraphProto, scope: _Scope, names: NameScope, parent: Node | None) -> Graph:
+        graph = Graph(g.name or "main", parent=parent, names=names)
+        graph.doc_string = g.doc_string
+        initializers = {t.name: t for t in g.initializer}
+        if len(g.sparse_initializer):
+            raise ModelError(f"{self.label}: sparse initializers are not supported")
+        for vi in g.input:
+            self._claim(names, vi.name, "graph input")
+            dtype, shape = type_of(vi.type)
+            v = graph.add_input(vi.name, dtype, shape)
+            scope.values[vi.name] = v
+            if vi.name in initializers:
+                graph.input_defaults[vi.name] = self._tensor(initializers.pop(vi.name))
+            v.doc_string = vi.doc_string
+        for name, t in initializers.items():
+            self._claim(names, name, "initializer")
+            scope.values[name] = graph.add_constant(self._tensor(t), name, exact_name=True)
+        for node_proto in topological_order(g, scope.lookup, self.label):
+            self._node(node_proto, graph, scope)
+        outputs = []
+        for vi in g.output:
+            v = scope.lookup(vi.name)
+            if v is None:
+                raise ModelError(f"{self.label}: graph output '{vi.name}' is produced by no node")
+            dtype, shape = type_of(vi.type)
+            if dtype is not None and v.dtype is None:
+                v.dtype = dtype
+            if shape is not None:
+                v.shape = shape
+            outputs.append(v)
+        if len({o.name for o in outputs}) != len(outputs) and parent is None:
+            dup = next(o.name for o in outputs if [p.name for p in outputs].count(o.name) > 1)
+            raise ModelError(f"{self.label}: graph output '{dup}' is listed twice")
+        graph.set_outputs(outputs)
+        return graph
+
+    def _claim(self, names: NameScope, name: str, what: str) -> None:
+        if name in names.taken:
+            raise ModelError(f"{self.label}: duplicate name '{name}' ({what} defined twice)")
+        names.claim(name)
+
+    def _node(self, p: onnx.NodeProto, graph: Graph, scope: _Scope) -> None:
+        if p.op_type == "Constant" and p.domain in ("", "ai.onnx") and len(p.output) == 1:
+            tensor = self._constant_node_tensor(p)
+            if tensor is not None:
+                self._claim(graph.names, p.output[0], "node output")
+                v = graph.add_constant(tensor, p.output[0], exact_name=True)
+                _apply_type(v, self.shapes.get(p.output[0]))
+                scope.values[p.output[0]] = v
+                return
+        node = Node(p.op_type, p.domain, p.name)
+        node.doc_string = p.doc_string
+        node.overload = getattr(p, "overload", "")
+        node.metadata = {m.key: m.value for m in getattr(p, "metadata_props", [])}
+        node.attrs = {a.name: self._attr(a, graph, scope, node) for a in p.attribute}
+        inputs = []
+        for name in p.input:
+            if not name:
+                inputs.append(None)
+                continue
+            v = scope.lookup(name)
+            if v is None:  # toposort already proved every input resolvable
+                raise ModelError(f"{self.label}: node '{p.name or p.op_type}' reads '{name}', "
+                                 "which nothing produces")
+            inputs.append(v)
+        for i, name in enumerate(p.output):
+            if not name:
+                name = graph.names.fresh(f"{p.name or p.op_type}_unused{i}")
+            else:
+                self._claim(graph.names, name, "node output")
+            v = self._typed_value(name)
+            v.producer, v.index = node, i
+            node.outputs.append(v)
+            scope.values[name] = v
+        graph.append(node)
+        graph.set_inputs(node, inputs)
+        annotate(node)
+
+    # --- tensors and attributes -----------------------------------------------------------------
+    def _tensor(self, t: TensorProto) -> LazyTensor:
+        if t.data_location == TensorProto.EXTERNAL:
+            self.had_external = True
+            return LazyTensor.from_proto(t, resolve_external(t, self.base_dir, self.label))
+        return LazyTensor.from_proto(t)
+
+    def _constant_node_tensor(self, p: onnx.NodeProto) -> LazyTensor | None:
+        if len(p.attribute) != 1:
+            return None
+        a = p.attribute[0]
+        if a.name == "value":
+            return self._tensor(a.t)
+        return _constant_from_attr(a)
+
+    def _attr(self, a: AttributeProto, graph: Graph, scope: _Scope, node: Node) -> Attr:
+        t = a.type
+        if a.ref_attr_name:
+            return Attr(t, ("ref", a.ref_attr_name))
+        if t == AttributeProto.FLOAT:
+            return Attr(t, a.f)
+        if t == AttributeProto.INT:
+            return Attr(t, a.i)
+        if t == AttributeProto.STRING:
+            return Attr(t, a.s.decode("utf-8", errors="surrogateescape"))
+        if t == AttributeProto.TENSOR:
+            return Attr(t, self._tensor(a.t))
+        if t == AttributeProto.GRAPH:
+            return Attr(t, self._subgraph(a.g, graph, scope, node))
+        if t == AttributeProto.FLOATS:
+            return Attr(t, tuple(a.floats))
+        if t == AttributeProto.INTS:
+            return Attr(t, tuple(a.ints))
+        if t == AttributeProto.STRINGS:
+            return Attr(t, tuple(s.decode("utf-8", errors="surrogateescape") for s in a.strings))
+        if t == AttributeProto.GRAPHS:
+            return Attr(t, tuple(self._subgraph(g, graph, scope, node) for g in a.graphs))
+        if t == AttributeProto.TENSORS:
+            return Attr(t, tuple(self._tensor(x) for x in a.tensors))
+        # sparse tensors and type protos: kept verbatim
+        return Attr(t, ("proto", a))
+
+    def _subgraph(self, g: GraphProto, outer: Graph, scope: _Scope, node: Node) -> Graph:
+        return self._graph(g, _Scope(scope), outer.names, parent=node)
+
+
+def _declared_names(g: GraphProto):
+    for vi in g.value_info:
+        yield vi.name
+    for node in g.node:
+        for a in node.attribute:
+            for sub in ([a.g] if a.type == AttributeProto.GRAPH else list(a.graphs)):
+                yield from _declared_names(sub)
+
+
+def _constant_from_attr(a: AttributeProto) -> LazyTensor | None:
+    import numpy as np
+
+    if a.name == "value_float":
+        return LazyTensor.from_array(np.array(a.f, dtype=np.float32))
+    if a.name == "value_floats":
+        return LazyTensor.from_array(np.array(list(a.floats), dtype=np.float32))
+    if a.name == "value_int":
+        return LazyTensor.from_array(np.array(a.i, dtype=np.int64))
+    if a.name == "value_ints":
+        return LazyTensor.from_array(np.array(list(a.ints), dtype=np.int64))
+    return None
+
+
+def type_of(tp: onnx.TypeProto) -> tuple[str | None, Shape]:
+    """(dtype, shape) of a tensor TypeProto; symbols kept as strings, unknown dims as None."""
+    if not tp.HasField("tensor_type"):
+        return None, None
+    tt = tp.tensor_type
+    dtype = dtype_name(tt.elem_type)
+    if not tt.HasField("shape"):
+        return dtype, None
+    dims: list[int | str | None] = []
+    for d in tt.shape.dim:
+        if d.HasField("dim_value"):
+            dims.append(d.dim_value)
+        elif d.HasField("dim_param") and d.dim_param:
+            dims.append(d.dim_param)
+        else:
+            dims.append(None)
+    return dtype, tuple(dims)
+
+
+def _apply_type(v: Value, info: tuple[str | None, Shape] | None) -> None:
+    if info is None:
+        return
+    if v.dtype is None:
+        v.dtype = info[0]
+

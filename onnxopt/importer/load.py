@@ -1,0 +1,110 @@
+"""Reading an ONNX file safely.
+
+Everything that can be wrong with a file before it is even a graph is caught
+here and reported as one line: a missing or unreadable file, bytes that are
+not an ONNX protobuf, an IR version or opset outside what onnxopt supports,
+and external data that is missing or lies outside the model's folder (an
+absolute path, ``..`` or a symlink out: a model file must not make a tool read
+arbitrary files).
+"""
+
+from __future__ import annotations
+
+import os
+
+import onnx
+from google.protobuf.message import DecodeError
+from onnx import ModelProto, TensorProto
+
+from onnxopt.errors import ModelError, UsageError
+from onnxopt.ir.tensor import ExternalLocation
+
+MIN_IR_VERSION = 3
+MIN_OPSET = 13
+
+
+def max_opset() -> int:
+    return onnx.defs.onnx_opset_version()
+
+
+def read_model_proto(path: str) -> ModelProto:
+    """Parse ``path`` without loading external data; raise a one-line error on failure."""
+    if not os.path.exists(path):
+        raise UsageError(f"{path}: no such file")
+    if os.path.isdir(path):
+        raise UsageError(f"{path}: is a directory, not an ONNX file")
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as e:
+        raise ModelError(f"{path}: cannot read: {e.strerror}") from e
+    return parse_model_bytes(data, path)
+
+
+def parse_model_bytes(data: bytes, label: str) -> ModelProto:
+    if not data:
+        raise ModelError(f"{label}: empty file, not an ONNX model")
+    model = ModelProto()
+    try:
+        model.ParseFromString(data)
+    except (DecodeError, RuntimeError, ValueError) as e:
+        raise ModelError(f"{label}: not an ONNX model (protobuf parse failed: "
+                         f"{_short(e) or 'truncated or corrupt'})") from e
+    if not model.HasField("graph"):
+        raise ModelError(f"{label}: not an ONNX model (no graph in the protobuf)")
+    check_versions(model, label)
+    return model
+
+
+def check_versions(model: ModelProto, label: str) -> None:
+    if model.ir_version < MIN_IR_VERSION or model.ir_version > onnx.IR_VERSION:
+        raise ModelError(f"{label}: unsupported IR version {model.ir_version} "
+                         f"(supported: {MIN_IR_VERSION} to {onnx.IR_VERSION})")
+    opset = None
+    for imp in model.opset_import:
+        if imp.domain in ("", "ai.onnx"):
+            opset = imp.version
+    if opset is None:
+        raise ModelError(f"{label}: no opset import for the ONNX domain")
+    if opset < MIN_OPSET or opset > max_opset():
+        raise ModelError(f"{label}: unsupported opset {opset} "
+                         f"(supported: {MIN_OPSET} to {max_opset()})")
+
+
+def resolve_external(tensor: TensorProto, base_dir: str | None, label: str) -> ExternalLocation:
+    """Validate an external tensor's location and return where its bytes are.
+
+    Refuses absolute paths, any ``..`` component, and paths that resolve
+    (through symlinks) outside the model's folder.
+    """
+    info = {e.key: e.value for e in tensor.external_data}
+    location = info.get("location", "")
+    where = f"{label}: external data for tensor '{tensor.name}'"
+    if not location:
+        raise ModelError(f"{where} has no location")
+    if base_dir is None:
+        raise ModelError(f"{where} cannot be resolved: the model was given as bytes, not a path")
+    if os.path.isabs(location) or location.startswith(("/", "\\")) or ":" in location[:3]:
+        raise ModelError(f"{where} uses an absolute path '{location}'; refusing to read outside "
+                         "the model's folder")
+    parts = location.replace("\\", "/").split("/")
+    if ".." in parts:
+        raise ModelError(f"{where} points outside the model's folder ('{location}')")
+    root = os.path.realpath(base_dir)
+    full = os.path.realpath(os.path.join(root, location))
+    if os.path.commonpath([root, full]) != root:
+        raise ModelError(f"{where} is a symlink out of the model's folder ('{location}')")
+    if not os.path.isfile(full):
+        raise ModelError(f"{where} is missing: '{location}' not found next to the model")
+    offset = int(info.get("offset", 0) or 0)
+    length = int(info["length"]) if info.get("length") else None
+    size = os.path.getsize(full)
+    if offset + (length or 0) > size:
+        raise ModelError(f"{where} is truncated: '{location}' has {size} bytes, needs "
+                         f"{offset + (length or 0)}")
+    return ExternalLocation(full, offset, length)
+
+
+def _short(e: Exception) -> str:
+    text = str(e).strip().splitlines()
+    return text[0][:120] if text else ""

@@ -1,0 +1,273 @@
+"""Graphs: inputs, outputs, constants and nodes in topological order.
+
+Nodes sit in a doubly linked list so that inserting or removing one costs
+O(1) and a walk survives removals of the node it stands on. Every edit that
+touches a value's readers goes through this class, which keeps use lists
+exact; the cost of an edit is proportional to the values it touches, never to
+the size of the graph. Subgraphs (If/Loop/Scan bodies) are Graphs whose
+``parent`` is the node that owns them; they may read values of enclosing
+graphs by reference.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from onnxopt.ir.node import Attr, Node
+from onnxopt.ir.tensor import LazyTensor
+from onnxopt.ir.value import Shape, Value
+
+
+class NameScope:
+    """Names already taken in a model (shared by a graph and all its subgraphs)."""
+
+    __slots__ = ("taken", "_counters")
+
+    def __init__(self) -> None:
+        self.taken: set[str] = set()
+        self._counters: dict[str, int] = {}
+
+    def claim(self, name: str) -> str:
+        self.taken.add(name)
+        return name
+
+    def fresh(self, hint: str) -> str:
+        """A name starting with ``hint`` that nothing in the model uses yet."""
+        if hint not in self.taken:
+            return self.claim(hint)
+        n = self._counters.get(hint, 0)
+        while True:
+            n += 1
+            candidate = f"{hint}_{n}"
+            if candidate not in self.taken:
+                self._counters[hint] = n
+                return self.claim(candidate)
+
+
+class Graph:
+    """A computation graph with exact use lists."""
+
+    __slots__ = ("name", "inputs", "outputs", "constants", "parent", "names", "doc_string",
+                 "_head", "_count", "_output_set", "input_defaults")
+
+    def __init__(self, name: str = "main", *, parent: Node | None = None,
+                 names: NameScope | None = None) -> None:
+        self.name = name
+        self.inputs: list[Value] = []
+        self.outputs: list[Value] = []
+        self.constants: dict[str, Value] = {}
+        self.parent = parent
+        self.names = names if names is not None else NameScope()
+        self.doc_string = ""
+        self._head = Node("<head>")
+        self._head._prev = self._head._next = self._head
+        self._count = 0
+        self._output_set: set[Value] | None = None
+        # Initializers that share a name with a graph input: defaults a caller may override.
+        self.input_defaults: dict[str, LazyTensor] = {}
+
+    # --- walking ----------------------------------------------------------------------------
+    def __iter__(self) -> Iterator[Node]:
+        """Nodes in order; safe while nodes are removed or inserted during the walk."""
+        cur = self._head._next
+        while cur is not self._head:
+            if cur.graph is self:
+                yield cur
+            cur = cur._next
+            while cur is not self._head and cur.graph is not self:
+                cur = cur._next
+
+    def __len__(self) -> int:
+        return self._count
+
+    def reversed(self) -> Iterator[Node]:
+        """Nodes in reverse order; safe while the node just yielded is removed."""
+        cur = self._head._prev
+        while cur is not self._head:
+            if cur.graph is self:
+                yield cur
+            cur = cur._prev
+
+    def all_nodes(self) -> Iterator[Node]:
+        """Every node, subgraphs included (depth first)."""
+        for node in self:
+            yield node
+            for sub in node.subgraphs():
+                yield from sub.all_nodes()
+
+    def output_set(self) -> set[Value]:
+        if self._output_set is None:
+            self._output_set = set(self.outputs)
+        return self._output_set
+
+    def root(self) -> Graph:
+        g = self
+        while g.parent is not None and g.parent.graph is not None:
+            g = g.parent.graph
+        return g
+
+    # --- creating values --------------------------------------------------------------------
+    def add_input(self, name: str, dtype: str | None, shape: Shape) -> Value:
+        v = Value(self.names.claim(name), dtype, shape)
+        v.graph = self
+        self.inputs.append(v)
+        return v
+
+    def add_constant(self, tensor: LazyTensor, name: str | None = None, *, hint: str = "const",
+                     exact_name: bool = False) -> Value:
+        """Add a constant (an initializer when exported) and return its Value."""
+        name = self.names.claim(name) if (name and exact_name) else self.names.fresh(name or hint)
+        v = Value(name, tensor.dtype, tensor.shape)
+        v.const = tensor
+        v.graph = self
+        self.constants[name] = v
+        return v
+
+    def set_outputs(self, outputs: Iterable[Value]) -> None:
+        self.outputs = list(outputs)
+        self._output_set = None
+
+    # --- creating and placing nodes ---------------------------------------------------------
+    def make_node(self, op_type: str, inputs: Iterable[Value | None], *, num_outputs: int = 1,
+                  domain: str = "", attrs: dict[str, Attr] | None = None, name: str = "",
+                  output_names: Iterable[str] | None = None, before: Node | None = None,
+                  created_by: str = "") -> Node:
+        """Create a node, wire its inputs and insert it (at the end, or before ``before``)."""
+        node = Node(op_type, domain, name or self.names.fresh(f"{op_type}"))
+        node.attrs = dict(attrs or {})
+        node.created_by = created_by
+        hints = list(output_names or [])
+        for i in range(num_outputs):
+            out_name = hints[i] if i < len(hints) else self.names.fresh(f"{node.name}_out{i}")
+            if i < len(hints):
+                self.names.claim(out_name)
+            v = Value(out_name)
+            v.producer, v.index, v.graph = node, i, self
+            node.outputs.append(v)
+        for v in inputs:
+            self._append_input(node, v)
+        if before is None:
+            self.append(node)
+        else:
+            self.insert_before(before, node)
+        return node
+
+    def _append_input(self, node: Node, value: Value | None) -> None:
+        node._inputs.append(value)
+        if value is not None:
+            value._uses.append((node, len(node._inputs) - 1))
+
+    def append(self, node: Node) -> None:
+        self.insert_before(self._head, node)
+
+    def insert_before(self, ref: Node, node: Node) -> None:
+        if node.graph is not None:
+            raise ValueError(f"node {node.name} already belongs to a graph")
+        node.graph = self
+        prev = ref._prev
+        node._prev, node._next = prev, ref
+        prev._next = node
+        ref._prev = node
+        self._count += 1
+        for out in node.outputs:
+            out.graph = self
+
+    def insert_after(self, ref: Node, node: Node) -> None:
+        self.insert_before(ref._next, node)
+
+    def move_before(self, ref: Node, node: Node) -> None:
+        """Move a node of this graph so that it sits right before ``ref``."""
+        self._unlink(node)
+        node.graph = None
+        self.insert_before(ref, node)
+
+    # --- editing inputs and uses ------------------------------------------------------------
+    def set_input(self, node: Node, index: int, value: Value | None) -> None:
+        """Make ``node`` read ``value`` at ``index`` (``None`` omits an optional input)."""
+        while len(node._inputs) <= index:
+            node._inputs.append(None)
+        old = node._inputs[index]
+        if old is not None:
+            _drop_use(old, node, index)
+        node._inputs[index] = value
+        if value is not None:
+            value._uses.append((node, index))
+
+    def set_inputs(self, node: Node, values: Iterable[Value | None]) -> None:
+        for i, old in enumerate(node._inputs):
+            if old is not None:
+                _drop_use(old, node, i)
+        node._inputs = []
+        for v in values:
+            self._append_input(node, v)
+
+    def replace_all_uses(self, old: Value, new: Value, *, outputs: bool = False) -> None:
+        """Make every reader of ``old`` read ``new``.
+
+        A graph output is rewired only with ``outputs=True``: replacing it
+        changes the model's interface (its name), which a pass must mean to do.
+        """
+        if old is new:
+            return
+        for node, index in old.uses():
+            node._inputs[index] = new
+            new._uses.append((node, index))
+        old._uses.clear()
+        if outputs:
+            self._replace_output(old, new)
+        elif old in self.output_set():
+            raise ValueError(f"{old.name} is a graph output; pass outputs=True to rewire it")
+
+    def _replace_output(self, old: Value, new: Value) -> None:
+        if old in self.output_set():
+            self.outputs = [new if o is old else o for o in self.outputs]
+            self._output_set = None
+
+    # --- removing ---------------------------------------------------------------------------
+    def remove(self, nodes: Node | Iterable[Node], *, safe: bool = True) -> None:
+        """Remove nodes; with ``safe``, refuse if an output is still read by a node not removed."""
+        batch = [nodes] if isinstance(nodes, Node) else list(nodes)
+        doomed = set(map(id, batch))
+        if safe:
+            for node in batch:
+                for out in node.outputs:
+                    if out in self.output_set():
+                        raise ValueError(f"cannot remove {node.name}: {out.name} is a graph output")
+                    for user, _ in out._uses:
+                        if id(user) not in doomed:
+                            raise ValueError(
+                                f"cannot remove {node.name}: {out.name} is still read by {user.name}")
+        for node in batch:
+            for i, v in enumerate(node._inputs):
+                if v is not None:
+                    _drop_use(v, node, i)
+            node._inputs = [None] * len(node._inputs)
+            self._unlink(node)
+            node.graph = None
+
+    def _unlink(self, node: Node) -> None:
+        if node.graph is not self:
+            raise ValueError(f"node {node.name} is not in graph {self.name}")
+        node._prev._next = node._next
+        node._next._prev = node._prev
+        # node._next is deliberately kept: a walk standing on a removed node continues from it.
+        self._count -= 1
+
+    def remove_constant(self, value: Value) -> None:
+        if value._uses:
+            raise ValueError(f"constant {value.name} is still read")
+        self.constants.pop(value.name, None)
+
+    def __repr__(self) -> str:
+        from onnxopt.ir.printer import format_graph
+
+        return format_graph(self)
+
+
+def _drop_use(value: Value, node: Node, index: int) -> None:
+    uses = value._uses
+    for k in range(len(uses) - 1, -1, -1):
+        n, i = uses[k]
+        if n is node and i == index:
+            del uses[k]
+            return
+    raise AssertionError(f"use list of {value.name} lacks ({node.name}, {index})")

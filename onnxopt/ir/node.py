@@ -1,0 +1,84 @@
+"""Nodes: operations with ordered inputs, outputs and attributes.
+
+A node's op is named by ``(domain, op_type)`` as in ONNX, but the IR also
+records meaning that ONNX spelling hides (``sem``): explicit reduction axes,
+MatMul transposition flags, layout. Inputs are read-only from outside; change
+them through :meth:`Graph.set_input` so use lists stay right.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from onnxopt.ir.graph import Graph
+    from onnxopt.ir.value import Value
+
+
+@dataclass(slots=True)
+class Attr:
+    """An attribute value with its ONNX attribute type code (kept for exact round trips)."""
+
+    type: int
+    value: Any
+
+
+class Node:
+    """One operation in a graph."""
+
+    __slots__ = ("op_type", "domain", "name", "_inputs", "outputs", "attrs", "sem", "graph",
+                 "_prev", "_next", "created_by", "doc_string", "overload", "metadata")
+
+    def __init__(self, op_type: str, domain: str = "", name: str = "") -> None:
+        self.op_type = op_type
+        self.domain = domain
+        self.name = name
+        self._inputs: list[Value | None] = []
+        self.outputs: list[Value] = []
+        self.attrs: dict[str, Attr] = {}
+        self.sem: dict[str, Any] = {}
+        self.graph: Graph | None = None
+        self._prev: Node | None = None
+        self._next: Node | None = None
+        self.created_by = ""
+        self.doc_string = ""
+        self.overload = ""
+        self.metadata: dict[str, str] = {}
+
+    @property
+    def inputs(self) -> tuple[Value | None, ...]:
+        """Inputs in order; ``None`` marks an omitted optional input."""
+        return tuple(self._inputs)
+
+    def input(self, i: int) -> Value | None:
+        return self._inputs[i] if i < len(self._inputs) else None
+
+    @property
+    def output(self) -> Value:
+        """The first output — most ops have one."""
+        return self.outputs[0]
+
+    def attr(self, name: str, default: Any = None) -> Any:
+        a = self.attrs.get(name)
+        return default if a is None else a.value
+
+    def subgraphs(self) -> list[Graph]:
+        from onnxopt.ir.graph import Graph
+
+        out: list[Graph] = []
+        for a in self.attrs.values():
+            if isinstance(a.value, Graph):
+                out.append(a.value)
+            elif isinstance(a.value, (list, tuple)):
+                out.extend(g for g in a.value if isinstance(g, Graph))
+        return out
+
+    @property
+    def qualified_op(self) -> str:
+        return self.op_type if self.domain in ("", "ai.onnx") else f"{self.domain}::{self.op_type}"
+
+    def __repr__(self) -> str:
+        from onnxopt.ir.printer import format_node
+
+        return format_node(self)

@@ -1,0 +1,135 @@
+"""Constant tensors that load their numbers only when a pass needs them.
+
+A weight in an ONNX file is either embedded in the protobuf (already in memory
+once the file is parsed) or stored in an external data file next to the model.
+:class:`LazyTensor` keeps a reference to either form. Reading ``dtype`` or
+``shape`` never touches the data; ``numpy()`` reads it, and the exporter can
+copy external bytes to a new file in chunks without ever holding a whole
+weight in memory.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from onnx import TensorProto, numpy_helper
+
+from onnxopt.ir.dtypes import dtype_name, from_numpy, numpy_dtype
+
+
+@dataclass(frozen=True, slots=True)
+class ExternalLocation:
+    """Where an external tensor's bytes lie: an already-validated absolute path, offset, length."""
+
+    path: str
+    offset: int
+    length: int | None
+
+
+class LazyTensor:
+    """A constant's value: a TensorProto, an external file region, or a NumPy array.
+
+    Exactly one of the three backs it. Nothing is read from disk until
+    :meth:`numpy` or :meth:`raw_chunks` is called.
+    """
+
+    __slots__ = ("dtype", "shape", "_proto", "_external", "_array")
+
+    def __init__(
+        self,
+        dtype: str,
+        shape: tuple[int, ...],
+        *,
+        proto: TensorProto | None = None,
+        external: ExternalLocation | None = None,
+        array: np.ndarray | None = None,
+    ) -> None:
+        self.dtype = dtype
+        self.shape = tuple(shape)
+        self._proto = proto
+        self._external = external
+        self._array = array
+
+    @classmethod
+    def from_array(cls, array: np.ndarray) -> LazyTensor:
+        array = np.asarray(array)
+        return cls(from_numpy(array.dtype), array.shape, array=array)
+
+    @classmethod
+    def from_proto(cls, proto: TensorProto, external: ExternalLocation | None = None) -> LazyTensor:
+        return cls(dtype_name(proto.data_type), tuple(proto.dims), proto=proto, external=external)
+
+    @property
+    def size(self) -> int:
+        n = 1
+        for d in self.shape:
+            n *= d
+        return n
+
+    @property
+    def nbytes(self) -> int:
+        if self.dtype in ("string",):
+            return 0
+        try:
+            return self.size * numpy_dtype(self.dtype).itemsize
+        except (TypeError, ValueError):
+            return 0
+
+    @property
+    def is_external(self) -> bool:
+        return self._external is not None
+
+    @property
+    def external(self) -> ExternalLocation | None:
+        return self._external
+
+    @property
+    def proto(self) -> TensorProto | None:
+        """The TensorProto this constant came from, if it is still unchanged."""
+        return self._proto
+
+    def numpy(self) -> np.ndarray:
+        """Load (and cache) the value as a NumPy array."""
+        if self._array is not None:
+            return self._array
+        if self._external is not None:
+            array = self._read_external()
+        else:
+            array = numpy_helper.to_array(self._proto)
+        self._array = array
+        return array
+
+    def _read_external(self) -> np.ndarray:
+        loc = self._external
+        dtype = numpy_dtype(self.dtype)
+        count = self.size
+        with open(loc.path, "rb") as f:
+            f.seek(loc.offset)
+            data = f.read(count * dtype.itemsize if loc.length is None else loc.length)
+        return np.frombuffer(data, dtype=dtype, count=count).reshape(self.shape).copy()
+
+    def raw_chunks(self, chunk_size: int = 1 << 24):
+        """Yield the tensor's little-endian bytes in chunks, without loading it all at once."""
+        if self._external is not None and self._array is None:
+            loc = self._external
+            remaining = loc.length
+            if remaining is None:
+                remaining = self.nbytes
+            with open(loc.path, "rb") as f:
+                f.seek(loc.offset)
+                while remaining > 0:
+                    chunk = f.read(min(chunk_size, remaining))
+                    if not chunk:
+                        raise OSError(f"external data file {loc.path} ends early")
+                    remaining -= len(chunk)
+                    yield chunk
+            return
+        data = np.ascontiguousarray(self.numpy()).astype(self.numpy().dtype.newbyteorder("<"))
+        yield data.tobytes()
+
+    def __repr__(self) -> str:
+        dims = ", ".join(str(d) for d in self.shape)
+        where = "external" if self.is_external else ("array" if self._array is not None else "proto")
+        return f"LazyTensor({self.dtype}[{dims}], {where})"
+

@@ -1,0 +1,111 @@
+"""The driver: the six stages run in order, one direction, each timed.
+
+    import → normalize → fuse (match, legality, rewrite) → select → export
+
+Each stage is a function of the IR it receives; no stage calls an earlier
+one. The driver collects what the report shows: node counts by op before and
+after, seconds per stage, and what each stage has to say (fusions, refusals,
+kernel choices).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from onnx import ModelProto
+
+from onnxopt.exporter import export_model_lazy
+from onnxopt.importer import import_model
+from onnxopt.ir.model import Model
+from onnxopt.ir.tensor import LazyTensor
+from onnxopt.ir.verifier import verify_graph
+from onnxopt.options import OptimizeOptions
+
+Progress = Callable[[str], None]
+
+
+@dataclass
+class OptimizeReport:
+    """What one run did; ``to_json()`` is what ``--json`` writes."""
+
+    source: str
+    nodes_before: Counter = field(default_factory=Counter)
+    nodes_after: Counter = field(default_factory=Counter)
+    stage_seconds: dict[str, float] = field(default_factory=dict)
+    stages: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "source": self.source,
+            "nodes_before": dict(sorted(self.nodes_before.items())),
+            "nodes_after": dict(sorted(self.nodes_after.items())),
+            "total_nodes_before": sum(self.nodes_before.values()),
+            "total_nodes_after": sum(self.nodes_after.values()),
+            "stage_seconds": {k: round(v, 6) for k, v in self.stage_seconds.items()},
+            **{k: _jsonable(v) for k, v in self.stages.items()},
+        }
+
+
+@dataclass
+class OptimizeResult:
+    model: Model
+    proto: ModelProto
+    external: dict[str, LazyTensor]
+    report: OptimizeReport
+
+
+def op_histogram(model: Model) -> Counter:
+    return Counter(n.qualified_op for n in model.graph.all_nodes())
+
+
+def run_pipeline(source: str | ModelProto, options: OptimizeOptions | None = None,
+                 progress: Progress | None = None) -> OptimizeResult:
+    """Optimize ``source`` (a path or ModelProto) and return the exported proto and a report."""
+    options = options or OptimizeOptions()
+    step = progress or (lambda _name: None)
+    report = OptimizeReport(source=source if isinstance(source, str) else "<model>")
+
+    def timed(name: str, fn: Callable[[], Any]) -> Any:
+        step(name)
+        start = time.perf_counter()
+        result = fn()
+        report.stage_seconds[name] = report.stage_seconds.get(name, 0.0) + time.perf_counter() - start
+        return result
+
+    model = timed("import", lambda: import_model(source))
+    report.nodes_before = op_histogram(model)
+    if options.debug:
+        verify_graph(model.graph)
+    for name, stage in _stages(options):
+        summary = timed(name, lambda stage=stage: stage(model, options))
+        if summary is not None:
+            report.stages[name] = summary
+        if options.debug:
+            verify_graph(model.graph)
+    proto, external = timed("export", lambda: export_model_lazy(model))
+    report.nodes_after = op_histogram(model)
+    return OptimizeResult(model, proto, external, report)
+
+
+def _stages(options: OptimizeOptions) -> list[tuple[str, Callable[[Model, OptimizeOptions], Any]]]:
+    """The stages after import, in order (each module owns its stage)."""
+    from onnxopt import normalize
+
+    stages: list[tuple[str, Callable[[Model, OptimizeOptions], Any]]] = [
+        ("normalize", normalize.run),
+    ]
+    return stages
+
+
+def _jsonable(v: Any) -> Any:
+    if hasattr(v, "to_json"):
+        return v.to_json()
+    if isinstance(v, dict):
+        return {str(k): _jsonable(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_jsonable(x) for x in v]
+    return v

@@ -1,0 +1,159 @@
+"""Compare two models output by output on the same random inputs.
+
+Both models run in ONNX Runtime (CPU, one thread, so runs are repeatable) on
+several size sets. For each output the report gives the largest absolute
+error and the error relative to the output's magnitude; a float32 output
+passes under 1e-4 relative, float16/bfloat16 under 2e-2, integers and
+booleans only when equal.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+import numpy as np
+from onnx import ModelProto
+
+from onnxopt.errors import ModelError, UsageError
+from onnxopt.verification.inputs import make_inputs, size_sets
+
+TOLERANCE = {"float32": 1e-4, "float64": 1e-7, "float16": 2e-2, "bfloat16": 5e-2}
+
+
+@dataclass
+class OutputDiff:
+    name: str
+    dtype: str
+    max_abs: float = 0.0
+    max_rel: float = 0.0
+    bitwise: bool = True
+    tolerance: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.bitwise or (self.tolerance > 0 and self.max_rel <= self.tolerance)
+
+
+@dataclass
+class VerifyReport:
+    outputs: list[OutputDiff] = field(default_factory=list)
+    runs: list[dict[str, tuple[int, ...]]] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return all(o.ok for o in self.outputs)
+
+    @property
+    def bitwise(self) -> bool:
+        return all(o.bitwise for o in self.outputs)
+
+    def to_json(self) -> dict:
+        return {
+            "ok": self.ok,
+            "bitwise": self.bitwise,
+            "runs": [{k: list(v) for k, v in r.items()} for r in self.runs],
+            "outputs": [o.__dict__ | {"ok": o.ok} for o in self.outputs],
+        }
+
+
+def verify_models(original: str | ModelProto, optimized: str | ModelProto, *, runs: int = 2,
+                  seed: int = 0, rtol: float | None = None,
+                  providers: list[str] | None = None) -> VerifyReport:
+    """Run both models on ``runs`` random size sets and compare every output."""
+    ref_proto = _proto(original)
+    sess_a = make_session(original, providers)
+    sess_b = make_session(optimized, providers)
+    names_a = [o.name for o in sess_a.get_outputs()]
+    names_b = [o.name for o in sess_b.get_outputs()]
+    if names_a != names_b:
+        raise ModelError(f"the models have different outputs: {names_a} vs {names_b}")
+    in_a = sorted(i.name for i in sess_a.get_inputs())
+    in_b = sorted(i.name for i in sess_b.get_inputs())
+    if in_a != in_b:
+        raise ModelError(f"the models have different inputs: {in_a} vs {in_b}")
+    types = {o.name: _ort_dtype(o.type) for o in sess_a.get_outputs()}
+    diffs = {n: OutputDiff(n, types[n], tolerance=rtol if rtol is not None
+                           else TOLERANCE.get(types[n], 0.0)) for n in names_a}
+    report = VerifyReport(outputs=list(diffs.values()))
+    for k, sizes in enumerate(size_sets(runs)):
+        feeds = make_inputs(ref_proto, sizes, seed=seed + k)
+        report.runs.append({n: tuple(a.shape) for n, a in feeds.items()})
+        out_a = sess_a.run(None, feeds)
+        out_b = sess_b.run(None, feeds)
+        for name, a, b in zip(names_a, out_a, out_b):
+            _accumulate(diffs[name], np.asarray(a), np.asarray(b))
+    return report
+
+
+def _accumulate(diff: OutputDiff, a: np.ndarray, b: np.ndarray) -> None:
+    if a.shape != b.shape:
+        diff.bitwise = False
+        diff.max_abs = diff.max_rel = float("inf")
+        return
+    if a.dtype.kind in "fc":
+        same = np.array_equal(a, b, equal_nan=True)
+        err = np.abs(a.astype(np.float64) - b.astype(np.float64))
+        finite = np.isfinite(a) & np.isfinite(b)
+        nan_mismatch = bool(np.any(np.isnan(a) != np.isnan(b)))
+        max_abs = float(err[finite].max()) if finite.any() else 0.0
+        scale = float(np.abs(a[np.isfinite(a)]).max()) if np.isfinite(a).any() else 0.0
+        max_rel = max_abs / max(scale, 1e-12)
+        if nan_mismatch:
+            max_abs = max_rel = float("inf")
+    else:
+        same = np.array_equal(a, b)
+        max_abs = float(np.abs(a.astype(np.float64) - b.astype(np.float64)).max()) if a.size else 0.0
+        max_rel = 0.0 if same else float("inf")
+    diff.bitwise = diff.bitwise and bool(same)
+    diff.max_abs = max(diff.max_abs, max_abs)
+    diff.max_rel = max(diff.max_rel, max_rel)
+
+
+def make_session(model: str | ModelProto, providers: list[str] | None = None):
+    """An ORT session for a path or proto; models with onnxopt custom ops go through the bridge."""
+    import onnxruntime as ort
+
+    proto = _proto(model)
+    providers = providers or ["CPUExecutionProvider"]
+    if _uses_custom_ops(proto):
+        from onnxopt.runtime import session
+
+        return session(model if isinstance(model, str) else proto.SerializeToString(),
+                       providers=providers, intra_op_num_threads=1)
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = 1
+    opts.log_severity_level = 3
+    src = model if isinstance(model, str) else model.SerializeToString()
+    try:
+        return ort.InferenceSession(src, opts, providers=providers)
+    except Exception as e:  # noqa: BLE001 - ORT raises several unrelated types
+        label = model if isinstance(model, str) else "<model>"
+        raise ModelError(f"{label}: ONNX Runtime cannot load it: {_first_line(e)}") from e
+
+
+def _uses_custom_ops(proto: ModelProto) -> bool:
+    return any(n.domain.startswith("ai.onnxopt") for n in proto.graph.node)
+
+
+def _proto(model: str | ModelProto) -> ModelProto:
+    if isinstance(model, ModelProto):
+        return model
+    if not os.path.exists(model):
+        raise UsageError(f"{model}: no such file")
+    from onnxopt.importer.load import read_model_proto
+
+    return read_model_proto(model)
+
+
+def _ort_dtype(t: str) -> str:
+    return {"tensor(float)": "float32", "tensor(float16)": "float16", "tensor(double)": "float64",
+            "tensor(bfloat16)": "bfloat16"}.get(t, t.removeprefix("tensor(").rstrip(")"))
+
+
+def _first_line(e: Exception) -> str:
+    text = str(e).strip().splitlines()
+    return text[-1][:200] if text else type(e).__name__
+
+
+__all__ = ["OutputDiff", "VerifyReport", "make_session", "verify_models"]

@@ -1,0 +1,112 @@
+"""Random inputs that a model will accept and that exercise it.
+
+Symbolic dimensions are respected: every use of ``seq`` gets the same size,
+and each *size set* picks new sizes (batch 1 then 2; sequence lengths that are
+not multiples of common tile sizes). Integer inputs that index an embedding
+table (through Gather, possibly after a Cast or Reshape) stay below the table's
+size; inputs named like masks get ones with padding zeros at the end of rows,
+so attention masking is really exercised.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import ModelProto
+
+from onnxopt.ir.dtypes import dtype_name, numpy_dtype
+
+BATCH_SIZES = (1, 2)
+SEQ_SIZES = (7, 16, 29)
+_PASS_THROUGH = {"Cast", "Unsqueeze", "Squeeze", "Reshape", "Flatten", "Identity", "Expand"}
+
+
+def size_sets(count: int) -> list[dict[str, int]]:
+    """Assignments of sizes to symbol classes ("batch", everything else) for ``count`` runs."""
+    return [{"batch": BATCH_SIZES[i % len(BATCH_SIZES)], "other": SEQ_SIZES[i % len(SEQ_SIZES)]}
+            for i in range(count)]
+
+
+def make_inputs(model: ModelProto, sizes: dict[str, int], seed: int = 0,
+                overrides: dict[str, int] | None = None) -> dict[str, np.ndarray]:
+    """Random feeds for every real graph input of ``model``."""
+    rng = np.random.default_rng(seed)
+    graph = model.graph
+    initializer_names = {t.name for t in graph.initializer}
+    bounds = _index_bounds(graph)
+    feeds: dict[str, np.ndarray] = {}
+    symbols: dict[str, int] = dict(overrides or {})
+    for vi in graph.input:
+        if vi.name in initializer_names:
+            continue
+        tt = vi.type.tensor_type
+        dtype = dtype_name(tt.elem_type)
+        shape = []
+        for d in tt.shape.dim:
+            if d.HasField("dim_value"):
+                shape.append(d.dim_value)
+            else:
+                key = d.dim_param or f"?{vi.name}"
+                if key not in symbols:
+                    symbols[key] = sizes["batch"] if "batch" in key.lower() else sizes["other"]
+                shape.append(symbols[key])
+        feeds[vi.name] = _random_tensor(vi.name, dtype, tuple(shape), bounds.get(vi.name), rng)
+    return feeds
+
+
+def _random_tensor(name: str, dtype: str, shape: tuple[int, ...], bound: int | None,
+                   rng: np.random.Generator) -> np.ndarray:
+    lname = name.lower()
+    if "mask" in lname and dtype in ("int64", "int32", "bool", "float32", "float16", "uint8"):
+        return padding_mask(shape).astype(numpy_dtype(dtype))
+    if dtype in ("float32", "float16", "float64", "bfloat16"):
+        return rng.standard_normal(shape).astype(numpy_dtype(dtype))
+    if dtype == "bool":
+        return rng.integers(0, 2, size=shape).astype(bool)
+    if dtype.startswith(("int", "uint")):
+        high = bound if bound else 2
+        return rng.integers(0, high, size=shape).astype(numpy_dtype(dtype))
+    raise ValueError(f"input {name}: cannot make random values of type {dtype}")
+
+
+def padding_mask(shape: tuple[int, ...]) -> np.ndarray:
+    """Ones with trailing zeros: row 0 loses its last 2 positions, later rows a third of theirs."""
+    mask = np.ones(shape, dtype=np.int64)
+    if len(shape) < 2 or shape[-1] < 3:
+        return mask
+    seq = shape[-1]
+    flat = mask.reshape(-1, seq)
+    for row in range(flat.shape[0]):
+        pad = 2 if row == 0 else max(1, seq // 3) + row - 1
+        flat[row, seq - min(pad, seq - 1):] = 0
+    return mask
+
+
+def _index_bounds(graph: onnx.GraphProto) -> dict[str, int]:
+    """For each graph input that feeds a Gather's indices: the gathered table's size."""
+    consumers: dict[str, list[onnx.NodeProto]] = {}
+    for node in graph.node:
+        for i, name in enumerate(node.input):
+            consumers.setdefault(name, []).append(node)
+    dims = {t.name: list(t.dims) for t in graph.initializer}
+    for node in graph.node:
+        if node.op_type == "Constant" and node.attribute and node.attribute[0].name == "value":
+            dims[node.output[0]] = list(node.attribute[0].t.dims)
+    bounds: dict[str, int] = {}
+    for vi in graph.input:
+        frontier, seen = [vi.name], set()
+        while frontier:
+            name = frontier.pop()
+            if name in seen:
+                continue
+            seen.add(name)
+            for node in consumers.get(name, []):
+                if node.op_type in _PASS_THROUGH and node.input[0] == name:
+                    frontier.extend(node.output)
+                elif node.op_type == "Gather" and len(node.input) > 1 and node.input[1] == name:
+                    table = dims.get(node.input[0])
+                    axis = next((a.i for a in node.attribute if a.name == "axis"), 0)
+                    if table:
+                        size = table[axis]
+                        bounds[vi.name] = min(bounds.get(vi.name, size), size)
+    return bounds
