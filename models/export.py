@@ -1,0 +1,540 @@
+#!/usr/bin/env python3
+"""Regenerate the small exported ONNX test models in this folder.
+
+Every model is built from a tiny Hugging Face config with random weights
+(``torch.manual_seed`` per model, see ``seed_for``; nothing is downloaded),
+wrapped so that the graph has exactly one output, and exported twice:
+
+* ``NAME.ts.onnx``     -- TorchScript exporter, ``torch.onnx.export(..., dynamo=False)``, opset 17
+* ``NAME.dynamo.onnx`` -- dynamo exporter, ``torch.onnx.export(..., dynamo=True)``, opset 18
+
+Text models take ``input_ids`` and ``attention_mask`` (int64, dims ``batch`` x
+``seq``); vision takes ``pixel_values`` (``batch`` x 3 x 32 x 32). Every saved
+file has ``ir_version`` 10, its weights embedded, and is checked with
+``onnx.checker.check_model(full_check=True)`` and against PyTorch in ONNX Runtime
+(batch 1 and 2, seq 8 and 16, right padding in the attention mask).
+Regenerating on any machine with the same package versions gives byte-identical
+files (the dynamo exporter's per-node stack traces, which hold absolute paths,
+are dropped).
+
+Usage::
+
+    pip install torch==2.13.0 transformers==5.24.0 onnxscript==0.7.2 onnx==1.23.2 onnxruntime==1.32.0
+    python models/export.py [--only NAME[,NAME...]] [--out models/] [--no-verify]
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import os
+import sys
+import warnings
+import zlib
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import onnx
+import torch
+from torch import nn
+
+IR_VERSION = 10  # onnxruntime accepts <= 13; onnx >= 1.23 writes 14 by default
+TS_OPSET = 17
+DYNAMO_OPSET = 18
+SEED = 0
+
+HIDDEN = 64
+LAYERS = 2
+HEADS = 4
+KV_HEADS = 2
+INTERMEDIATE = 128
+VOCAB = 1000
+MAX_POS = 128
+
+
+# --------------------------------------------------------------------------- wrappers
+
+
+class TextWrapper(nn.Module):
+    """Calls a HF text model with (input_ids, attention_mask) and returns output[0]."""
+
+    def __init__(self, model: nn.Module):
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        out = self.model(input_ids=input_ids, attention_mask=attention_mask, return_dict=False)
+        return out[0]
+
+
+class VisionWrapper(nn.Module):
+    def __init__(self, model: nn.Module):
+        super().__init__()
+        self.model = model
+
+    def forward(self, pixel_values: torch.Tensor) -> torch.Tensor:
+        return self.model(pixel_values=pixel_values, return_dict=False)[0]
+
+
+# --------------------------------------------------------------------------- builders
+
+
+def _gpt2(attn: str) -> nn.Module:
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    cfg = GPT2Config(
+        vocab_size=VOCAB,
+        n_positions=MAX_POS,
+        n_embd=HIDDEN,
+        n_layer=LAYERS,
+        n_head=HEADS,
+        n_inner=INTERMEDIATE,
+        use_cache=False,
+        bos_token_id=0,
+        eos_token_id=0,
+    )
+    cfg._attn_implementation = attn
+    return GPT2LMHeadModel(cfg)
+
+
+def _bert(attn: str) -> nn.Module:
+    from transformers import BertConfig, BertModel
+
+    cfg = BertConfig(
+        vocab_size=VOCAB,
+        hidden_size=HIDDEN,
+        num_hidden_layers=LAYERS,
+        num_attention_heads=HEADS,
+        intermediate_size=INTERMEDIATE,
+        max_position_embeddings=MAX_POS,
+        use_cache=False,
+    )
+    cfg._attn_implementation = attn
+    return BertModel(cfg, add_pooling_layer=False)
+
+
+def _roberta(attn: str) -> nn.Module:
+    from transformers import RobertaConfig, RobertaModel
+
+    cfg = RobertaConfig(
+        vocab_size=VOCAB,
+        hidden_size=HIDDEN,
+        num_hidden_layers=LAYERS,
+        num_attention_heads=HEADS,
+        intermediate_size=INTERMEDIATE,
+        max_position_embeddings=MAX_POS + 2,
+        use_cache=False,
+    )
+    cfg._attn_implementation = attn
+    return RobertaModel(cfg, add_pooling_layer=False)
+
+
+def _llama(attn: str) -> nn.Module:
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    cfg = LlamaConfig(
+        vocab_size=VOCAB,
+        hidden_size=HIDDEN,
+        num_hidden_layers=LAYERS,
+        num_attention_heads=HEADS,
+        num_key_value_heads=KV_HEADS,
+        intermediate_size=INTERMEDIATE,
+        max_position_embeddings=MAX_POS,
+        hidden_act="silu",
+        use_cache=False,
+        tie_word_embeddings=False,
+    )
+    cfg._attn_implementation = attn
+    return LlamaForCausalLM(cfg)
+
+
+def _mistral(attn: str) -> nn.Module:
+    from transformers import MistralConfig, MistralForCausalLM
+
+    cfg = MistralConfig(
+        vocab_size=VOCAB,
+        hidden_size=HIDDEN,
+        num_hidden_layers=LAYERS,
+        num_attention_heads=HEADS,
+        num_key_value_heads=KV_HEADS,
+        intermediate_size=INTERMEDIATE,
+        max_position_embeddings=MAX_POS,
+        sliding_window=None,
+        use_cache=False,
+        tie_word_embeddings=False,
+    )
+    cfg._attn_implementation = attn
+    return MistralForCausalLM(cfg)
+
+
+def _t5enc(attn: str) -> nn.Module:
+    from transformers import T5Config, T5EncoderModel
+
+    cfg = T5Config(
+        vocab_size=VOCAB,
+        d_model=HIDDEN,
+        d_kv=HIDDEN // HEADS,
+        d_ff=INTERMEDIATE,
+        num_layers=LAYERS,
+        num_heads=HEADS,
+        relative_attention_num_buckets=32,
+        relative_attention_max_distance=MAX_POS,
+        feed_forward_proj="relu",
+        use_cache=False,
+        is_encoder_decoder=False,
+    )
+    cfg._attn_implementation = attn
+    return T5EncoderModel(cfg)
+
+
+def _vit(attn: str) -> nn.Module:
+    from transformers import ViTConfig, ViTModel
+
+    cfg = ViTConfig(
+        hidden_size=HIDDEN,
+        num_hidden_layers=LAYERS,
+        num_attention_heads=HEADS,
+        intermediate_size=INTERMEDIATE,
+        image_size=32,
+        patch_size=8,
+        num_channels=3,
+    )
+    cfg._attn_implementation = attn
+    return ViTModel(cfg, add_pooling_layer=False)
+
+
+@dataclass(frozen=True)
+class Spec:
+    name: str
+    build: Callable[[str], nn.Module]
+    hf_class: str
+    attn: str  # "eager" | "sdpa"
+    kind: str  # "text" | "vision"
+    output: str  # "logits" | "last_hidden_state"
+    unseen: bool = False  # no fusion rule is written against it
+
+
+SPECS: dict[str, Spec] = {
+    s.name: s
+    for s in [
+        Spec("gpt2", _gpt2, "GPT2LMHeadModel", "eager", "text", "logits"),
+        Spec("bert", _bert, "BertModel", "eager", "text", "last_hidden_state"),
+        Spec("llama", _llama, "LlamaForCausalLM", "sdpa", "text", "logits"),
+        Spec("vit", _vit, "ViTModel", "eager", "vision", "last_hidden_state"),
+        Spec("t5enc", _t5enc, "T5EncoderModel", "eager", "text", "last_hidden_state"),
+        Spec("mistral", _mistral, "MistralForCausalLM", "eager", "text", "logits", True),
+        Spec("roberta", _roberta, "RobertaModel", "sdpa", "text", "last_hidden_state", True),
+    ]
+}
+
+
+def seed_for(spec: Spec) -> int:
+    """Per-model seed, so that e.g. llama and mistral do not share weights."""
+    return SEED + zlib.crc32(spec.name.encode()) % 10_000
+
+
+def build(spec: Spec) -> nn.Module:
+    torch.manual_seed(seed_for(spec))
+    model = spec.build(spec.attn)
+    model.config.use_cache = False
+    model.eval()
+    wrapper = TextWrapper(model) if spec.kind == "text" else VisionWrapper(model)
+    return wrapper.eval()
+
+
+# --------------------------------------------------------------------------- inputs
+
+
+def make_inputs(spec: Spec, batch: int, seq: int, pad: bool, seed: int = 1) -> dict:
+    g = torch.Generator().manual_seed(seed + 100 * batch + seq)
+    if spec.kind == "vision":
+        return {"pixel_values": torch.randn(batch, 3, 32, 32, generator=g)}
+    # avoid id 1 (roberta padding_idx) so position ids are ordinary
+    ids = torch.randint(2, VOCAB, (batch, seq), generator=g, dtype=torch.int64)
+    mask = torch.ones(batch, seq, dtype=torch.int64)
+    if pad:
+        # right padding: row 0 full, row r has r*seq//4 trailing zeros (batch 1: 3 zeros)
+        for r in range(batch):
+            n = 3 if batch == 1 else (r * seq) // 4
+            if n:
+                mask[r, seq - n :] = 0
+    return {"input_ids": ids, "attention_mask": mask}
+
+
+def input_names(spec: Spec) -> list[str]:
+    return ["pixel_values"] if spec.kind == "vision" else ["input_ids", "attention_mask"]
+
+
+# --------------------------------------------------------------------------- export
+
+
+def _finish(proto: onnx.ModelProto, spec: Spec, producer_note: str) -> onnx.ModelProto:
+    proto.ir_version = IR_VERSION
+    proto.doc_string = (
+        f"onnxopt test model: {spec.hf_class} tiny random (seed {seed_for(spec)}), "
+        f"attn_implementation={spec.attn}, {producer_note}"
+    )
+    rename_dims(proto, spec)
+    return proto
+
+
+def rename_dims(proto: onnx.ModelProto, spec: Spec) -> None:
+    """Make symbolic dims of graph inputs read 'batch'/'seq', everywhere they appear."""
+    mapping: dict[str, str] = {}
+    for vi in proto.graph.input:
+        dims = vi.type.tensor_type.shape.dim
+        wanted = ["batch", "seq"] if spec.kind == "text" else ["batch"]
+        for d, w in zip(dims, wanted):
+            if d.HasField("dim_param") and d.dim_param != w:
+                mapping[d.dim_param] = w
+    if not mapping:
+        return
+
+    def fix(vis):
+        for vi in vis:
+            if not vi.type.HasField("tensor_type"):
+                continue
+            for d in vi.type.tensor_type.shape.dim:
+                if d.HasField("dim_param") and d.dim_param in mapping:
+                    d.dim_param = mapping[d.dim_param]
+
+    fix(proto.graph.input)
+    fix(proto.graph.output)
+    fix(proto.graph.value_info)
+
+
+def fix_output_dims(proto: onnx.ModelProto, spec: Spec, model: nn.Module) -> None:
+    """Graph output: dim 0 'batch', dim 1 'seq' (text), every other dim static.
+
+    The TorchScript exporter names dims it could not infer after the producing
+    node (e.g. 'LayerNormalizationlast_hidden_state_dim_1'); those are static
+    here, so take them from a reference run.
+    """
+    ex = make_inputs(spec, 2, 8, pad=False)
+    with torch.no_grad():
+        ref = tuple(model(*[ex[n] for n in input_names(spec)]).shape)
+    symbolic = {0: "batch", 1: "seq"} if spec.kind == "text" else {0: "batch"}
+    for out in proto.graph.output:
+        for i, d in enumerate(out.type.tensor_type.shape.dim):
+            if i in symbolic:
+                d.dim_param = symbolic[i]
+            elif d.HasField("dim_param"):
+                d.dim_value = ref[i]
+
+
+def export_ts(spec: Spec, model: nn.Module) -> onnx.ModelProto:
+    names = input_names(spec)
+    ex = make_inputs(spec, 2, 8, pad=True)
+    args = tuple(ex[n] for n in names)
+    dyn = {n: ({0: "batch", 1: "seq"} if spec.kind == "text" else {0: "batch"}) for n in names}
+    dyn[spec.output] = {0: "batch", 1: "seq"} if spec.kind == "text" else {0: "batch"}
+    buf = io.BytesIO()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(
+            model,
+            args,
+            buf,
+            dynamo=False,
+            opset_version=TS_OPSET,
+            input_names=names,
+            output_names=[spec.output],
+            dynamic_axes=dyn,
+            do_constant_folding=True,
+        )
+    proto = onnx.load_from_string(buf.getvalue())
+    fix_output_dims(proto, spec, model)
+    return _finish(proto, spec, f"torch.onnx.export(dynamo=False, opset_version={TS_OPSET})")
+
+
+def export_dynamo(spec: Spec, model: nn.Module) -> onnx.ModelProto:
+    from torch.export import Dim
+
+    names = input_names(spec)
+    ex = make_inputs(spec, 2, 8, pad=True)
+    args = tuple(ex[n] for n in names)
+    batch = Dim("batch", min=1, max=64)
+    if spec.kind == "text":
+        seq = Dim("seq", min=2, max=MAX_POS)
+        shapes = {n: {0: batch, 1: seq} for n in names}
+    else:
+        shapes = {n: {0: batch} for n in names}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        prog = torch.onnx.export(
+            model,
+            args,
+            dynamo=True,
+            opset_version=DYNAMO_OPSET,
+            input_names=names,
+            output_names=[spec.output],
+            dynamic_shapes=shapes,
+            external_data=False,
+            optimize=True,
+            report=False,
+            verify=False,
+        )
+    proto = prog.model_proto
+    # Stack traces hold absolute paths of this machine's venv; drop them so the
+    # files are byte-identical wherever they are regenerated. The other
+    # pkg.torch.onnx.* / namespace metadata (module scopes, fx node) is kept.
+    for node in proto.graph.node:
+        keep = [p for p in node.metadata_props if p.key != "pkg.torch.onnx.stack_trace"]
+        del node.metadata_props[:]
+        node.metadata_props.extend(keep)
+    opset = {o.domain: o.version for o in proto.opset_import}
+    if opset.get("", 0) != DYNAMO_OPSET:
+        raise RuntimeError(f"{spec.name}: dynamo export produced opset {opset}")
+    return _finish(proto, spec, f"torch.onnx.export(dynamo=True, opset_version={DYNAMO_OPSET})")
+
+
+# --------------------------------------------------------------------------- verify
+
+
+def verify(spec: Spec, model: nn.Module, path: str) -> list[str]:
+    import onnxruntime as ort
+
+    problems: list[str] = []
+    proto = onnx.load(path)
+    try:
+        onnx.checker.check_model(proto, full_check=True)
+    except Exception as e:  # noqa: BLE001
+        problems.append(f"check_model: {e}")
+    if proto.ir_version > IR_VERSION:
+        problems.append(f"ir_version {proto.ir_version}")
+    if any(t.data_location == onnx.TensorProto.EXTERNAL for t in proto.graph.initializer):
+        problems.append("external data")
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    sess = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+    if [o.name for o in sess.get_outputs()] != [spec.output]:
+        problems.append(f"outputs {[o.name for o in sess.get_outputs()]}")
+    worst = 0.0
+    for batch in (1, 2):
+        for seq in (8, 16) if spec.kind == "text" else (0,):
+            for pad in (False, True) if spec.kind == "text" else (False,):
+                inp = make_inputs(spec, batch, seq, pad)
+                names = input_names(spec)
+                with torch.no_grad():
+                    ref = model(*[inp[n] for n in names]).numpy()
+                got = sess.run(None, {n: inp[n].numpy() for n in names})[0]
+                if got.shape != ref.shape:
+                    problems.append(f"shape {got.shape} != {ref.shape} (b={batch}, s={seq})")
+                    continue
+                # every position is compared, padded ones included
+                scale = max(1.0, float(np.abs(ref).max()))
+                err = float(np.abs(got - ref).max()) / scale
+                worst = max(worst, err)
+                if not err < 1e-4:
+                    problems.append(f"max rel err {err:.2e} (b={batch}, s={seq}, pad={pad})")
+    print(f"    verify: worst rel err {worst:.2e}, {len(problems)} problem(s)")
+    return problems
+
+
+# --------------------------------------------------------------------------- summary
+
+
+def summarize(out_dir: str, names: list[str]) -> None:
+    """Print the README table and per-file op histograms (markdown)."""
+    import collections
+
+    rows, hists = [], []
+    for name in names:
+        spec = SPECS[name]
+        for tag in ("ts", "dynamo"):
+            path = os.path.join(out_dir, f"{name}.{tag}.onnx")
+            if not os.path.exists(path):
+                continue
+            m = onnx.load(path)
+            cfg = build(spec).model.config
+            hidden = getattr(cfg, "hidden_size", None) or getattr(cfg, "d_model", None)
+            layers = getattr(cfg, "num_hidden_layers", None) or getattr(cfg, "num_layers", None)
+            heads = getattr(cfg, "num_attention_heads", None) or getattr(cfg, "num_heads", None)
+            kv = getattr(cfg, "num_key_value_heads", None) or heads
+            ins = ", ".join(
+                f"`{v.name}[{','.join(str(d.dim_param or d.dim_value) for d in v.type.tensor_type.shape.dim)}]`"
+                for v in m.graph.input
+            )
+            out = m.graph.output[0]
+            outs = f"`{out.name}[{','.join(str(d.dim_param or d.dim_value) for d in out.type.tensor_type.shape.dim)}]`"
+            exporter = (
+                f"TorchScript `dynamo=False` opset {TS_OPSET}"
+                if tag == "ts"
+                else f"dynamo `dynamo=True` opset {DYNAMO_OPSET}"
+            )
+            arch = spec.hf_class + (" (unseen)" if spec.unseen else "")
+            rows.append(
+                f"| `{name}.{tag}.onnx` | {arch} | {exporter} | {spec.attn} "
+                f"| {hidden}/{layers}/{heads}/{kv} | {ins} | {outs} "
+                f"| {os.path.getsize(path) / 1024:.0f} | {len(m.graph.node)} |"
+            )
+            c = collections.Counter(n.op_type for n in m.graph.node)
+            hists.append(f"- `{name}.{tag}`: " + ", ".join(f"{k} {v}" for k, v in c.most_common()))
+    print(
+        "| file | architecture | exporter | attention | hidden/layers/heads/kv heads "
+        "| inputs | output | KB | nodes |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|")
+    print("\n".join(rows))
+    print()
+    print("\n".join(hists))
+
+
+# --------------------------------------------------------------------------- main
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--only", default="", help="comma-separated model names: " + ",".join(SPECS))
+    ap.add_argument("--out", default=os.path.dirname(os.path.abspath(__file__)))
+    ap.add_argument("--exporter", choices=["ts", "dynamo", "both"], default="both")
+    ap.add_argument("--no-verify", action="store_true")
+    ap.add_argument(
+        "--summary",
+        action="store_true",
+        help="only print the README table and op histograms of existing files",
+    )
+    args = ap.parse_args(argv)
+
+    names = [n for n in args.only.split(",") if n] or list(SPECS)
+    unknown = [n for n in names if n not in SPECS]
+    if unknown:
+        ap.error(f"unknown model(s) {unknown}; choose from {list(SPECS)}")
+    if args.summary:
+        summarize(args.out, names)
+        return 0
+    os.makedirs(args.out, exist_ok=True)
+    exporters = {"ts": export_ts, "dynamo": export_dynamo}
+    if args.exporter != "both":
+        exporters = {args.exporter: exporters[args.exporter]}
+
+    failures: dict[str, list[str]] = {}
+    for name in names:
+        spec = SPECS[name]
+        for tag, fn in exporters.items():
+            model = build(spec)  # fresh, seeded build for every file
+            path = os.path.join(args.out, f"{name}.{tag}.onnx")
+            print(f"[{name}.{tag}] exporting ...", flush=True)
+            try:
+                proto = fn(spec, model)
+            except Exception as e:  # noqa: BLE001
+                failures[f"{name}.{tag}"] = [f"export failed: {type(e).__name__}: {e}"]
+                print(f"    FAILED: {e}", flush=True)
+                continue
+            onnx.save_model(proto, path, save_as_external_data=False)
+            print(
+                f"    {path}: {os.path.getsize(path) / 1024:.0f} KB, {len(proto.graph.node)} nodes",
+                flush=True,
+            )
+            if not args.no_verify:
+                probs = verify(spec, model, path)
+                if probs:
+                    failures[f"{name}.{tag}"] = probs
+    for k, v in failures.items():
+        print(f"PROBLEM {k}: " + "; ".join(v[:5]), file=sys.stderr)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
