@@ -27,7 +27,7 @@ class Value:
     """A tensor flowing through the graph."""
 
     __slots__ = ("name", "dtype", "shape", "producer", "index", "const", "graph", "_uses",
-                 "doc_string")
+                 "doc_string", "sym")
 
     def __init__(self, name: str, dtype: str | None = None, shape: Shape = None) -> None:
         self.name = name
@@ -39,6 +39,9 @@ class Value:
         self.graph: Graph | None = None
         self._uses: list[tuple[Node, int]] = []
         self.doc_string = ""
+        # For small integer tensors computed from shapes: their elements, each an int, a
+        # symbol such as "seq", or None (filled by normalize.shapes; shape-arithmetic folding).
+        self.sym: tuple[Dim, ...] | None = None
 
     # --- what produces it -------------------------------------------------------------------
     @property

@@ -7,9 +7,12 @@ to a fixed point (bounded), and returns how often each pass changed the graph.
 from __future__ import annotations
 
 from onnxopt.ir.model import Model
-from onnxopt.normalize.driver import run_passes
+from onnxopt.normalize import driver
+from onnxopt.normalize.shapes import infer_shapes
 from onnxopt.options import OptimizeOptions
 
 
 def run(model: Model, options: OptimizeOptions) -> dict[str, int]:
-    return run_passes(model, debug=options.debug)
+    """Shape inference first (every later pass and pattern reads shapes), then the passes."""
+    passes = [("shape arithmetic", infer_shapes), *driver.PASSES]
+    return driver.run_passes(model, debug=options.debug, passes=passes)

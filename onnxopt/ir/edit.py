@@ -1,0 +1,70 @@
+"""Edits that passes share, built on Graph's primitive operations.
+
+The one subtle case is a value that is a graph output: the model's interface
+(output names) must not change, so replacing it either renames the
+replacement (when nothing else would notice) or refuses.
+"""
+
+from __future__ import annotations
+
+from onnxopt.ir.graph import Graph
+from onnxopt.ir.node import Node
+from onnxopt.ir.value import Value
+
+
+def replace_value(graph: Graph, old: Value, new: Value) -> bool:
+    """Make every reader of ``old`` read ``new``; keep graph output names. Returns success.
+
+    When ``old`` is a graph output, ``new`` takes over its name — allowed only
+    if ``new`` is produced by a node of this graph and is itself neither a
+    graph input, a constant nor another graph output.
+    """
+    if old is new:
+        return True
+    if old.graph is graph and old in graph.output_set():
+        if (new.producer is None or new.graph is not graph or new in graph.output_set()
+                or new.is_constant):
+            return False
+        graph.replace_all_uses(old, new, outputs=True)
+        rename(graph, new, old.name)
+        old.name = graph.names.fresh(old.name + "_replaced")
+        if old.dtype and not new.dtype:
+            new.dtype = old.dtype
+        if old.shape is not None:
+            new.shape = old.shape
+        return True
+    graph.replace_all_uses(old, new)
+    return True
+
+
+def rename(graph: Graph, value: Value, name: str) -> None:
+    """Give ``value`` a name (that its previous holder gives up)."""
+    graph.names.taken.add(name)
+    if value.is_constant and value.name in graph.constants:
+        del graph.constants[value.name]
+        graph.constants[name] = value
+    value.name = name
+
+
+def bypass(graph: Graph, node: Node, output_index: int = 0, input_index: int = 0) -> bool:
+    """Remove a node that passes one input through unchanged (Identity, no-op Cast, ...)."""
+    out = node.outputs[output_index]
+    src = node.inputs[input_index]
+    if src is None:
+        return False
+    for k, other in enumerate(node.outputs):
+        if k != output_index and (other.num_uses or other in graph.output_set()):
+            return False
+    if not replace_value(graph, out, src):
+        return False
+    graph.remove(node)
+    return True
+
+
+def remove_if_dead(graph: Graph, node: Node) -> bool:
+    """Remove ``node`` if none of its outputs is read or is a graph output."""
+    outs = graph.output_set()
+    if any(o.num_uses or o in outs for o in node.outputs):
+        return False
+    graph.remove(node)
+    return True

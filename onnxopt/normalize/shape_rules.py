@@ -1,0 +1,440 @@
+"""Per-op shape and contents rules used by :mod:`onnxopt.normalize.shapes`.
+
+``RULES[op](node)`` returns ``[(dtype, shape), ...]`` for the node's outputs
+(``None`` where unknown); ``SYM_RULES[op](node)`` returns the contents of a
+small integer output as a tuple of dims, or ``None``. Each rule follows the
+ONNX operator definition; a rule that cannot tell returns ``None`` rather
+than guess.
+"""
+
+from __future__ import annotations
+
+from onnxopt.ir.node import Node
+from onnxopt.ir.value import Value
+from onnxopt.normalize import symdim as sd
+
+UNARY = {"Identity", "Neg", "Sqrt", "Exp", "Log", "Abs", "Relu", "Sigmoid", "Tanh", "Erf", "Softmax",
+         "LogSoftmax", "Reciprocal", "Sin", "Cos", "Floor", "Ceil", "Gelu", "HardSigmoid",
+         "LeakyRelu", "Elu", "Softplus", "Round", "Sign", "CumSum", "Trilu", "Clip", "Selu",
+         "HardSwish", "Mish", "Celu", "Dropout", "LayerNormalization", "RMSNormalization",
+         "Softsign", "Not", "BatchNormalization", "InstanceNormalization"}
+BOOL_OUT = {"Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "And", "Or", "Xor", "Not",
+            "IsNaN", "IsInf"}
+BROADCAST = {"Add", "Sub", "Mul", "Div", "Pow", "Equal", "Less", "Greater", "LessOrEqual",
+             "GreaterOrEqual", "And", "Or", "Xor", "Max", "Min", "Mod", "PRelu", "Sum", "Mean",
+             "Where", "BitShift"}
+CAST_TYPES = {1: "float32", 2: "uint8", 3: "int8", 5: "int16", 6: "int32", 7: "int64", 9: "bool",
+              10: "float16", 11: "float64", 12: "uint32", 13: "uint64", 16: "bfloat16"}
+
+
+def _x(node: Node, i: int = 0) -> Value | None:
+    return node.input(i)
+
+
+def _shape(node: Node, i: int = 0):
+    v = node.input(i)
+    return None if v is None else v.shape
+
+
+def _ints(v: Value | None) -> list[int] | None:
+    """Constant integer contents of an input (None if not constant)."""
+    if v is None or v.const is None:
+        return None
+    return [int(a) for a in v.const.numpy().reshape(-1)]
+
+
+def _axis(a: int, rank: int) -> int:
+    return a + rank if a < 0 else a
+
+
+def unary(node: Node):
+    x = _x(node)
+    dtype = "bool" if node.op_type in BOOL_OUT else x.dtype
+    outs = [(dtype, x.shape)]
+    if node.op_type == "Dropout" and len(node.outputs) > 1:
+        outs.append(("bool", x.shape))
+    if node.op_type == "LayerNormalization" and len(node.outputs) > 1:
+        outs.extend([("float32", None)] * (len(node.outputs) - 1))
+    return outs
+
+
+def elementwise(node: Node):
+    shapes = [v.shape for v in node.inputs if v is not None]
+    shape = sd.broadcast_shapes(*shapes)
+    if node.op_type in BOOL_OUT:
+        dtype = "bool"
+    elif node.op_type == "Where":
+        dtype = node.input(1).dtype or node.input(2).dtype
+    else:
+        dtype = next((v.dtype for v in node.inputs if v is not None and v.dtype), None)
+    return [(dtype, shape)]
+
+
+def is_nan(node: Node):
+    return [("bool", _shape(node))]
+
+
+def cast(node: Node):
+    return [(CAST_TYPES.get(node.attr("to")), _shape(node))]
+
+
+def matmul(node: Node):
+    a, b = _shape(node, 0), _shape(node, 1)
+    dtype = _x(node).dtype
+    if a is None or b is None or len(a) < 1 or len(b) < 1:
+        return [(dtype, None)]
+    if node.sem.get("transpose_a") and len(a) >= 2:
+        a = a[:-2] + (a[-1], a[-2])
+    if node.sem.get("transpose_b") and len(b) >= 2:
+        b = b[:-2] + (b[-1], b[-2])
+    if len(a) == 1 and len(b) == 1:
+        return [(dtype, ())]
+    if len(a) == 1:
+        return [(dtype, b[:-2] + (b[-1],))]
+    if len(b) == 1:
+        return [(dtype, a[:-1])]
+    batch = sd.broadcast_shapes(a[:-2], b[:-2])
+    if batch is None:
+        return [(dtype, None)]
+    return [(dtype, batch + (a[-2], b[-1]))]
+
+
+def gemm(node: Node):
+    a, b = _shape(node, 0), _shape(node, 1)
+    if a is None or b is None:
+        return [(_x(node).dtype, None)]
+    m = a[1] if node.attr("transA", 0) else a[0]
+    n = b[0] if node.attr("transB", 0) else b[1]
+    return [(_x(node).dtype, (m, n))]
+
+
+def transpose(node: Node):
+    s = _shape(node)
+    if s is None:
+        return None
+    perm = node.attr("perm") or tuple(reversed(range(len(s))))
+    return [(_x(node).dtype, tuple(s[p] for p in perm))]
+
+
+def reshape(node: Node):
+    src, target = _x(node, 0), _x(node, 1)
+    dims = target.sym
+    if dims is None:
+        ts = target.shape
+        if ts is not None and len(ts) == 1 and isinstance(ts[0], int):
+            return [(src.dtype, (None,) * ts[0])]
+        return [(src.dtype, None)]
+    allowzero = node.attr("allowzero", 0)
+    out = []
+    for i, d in enumerate(dims):
+        if d == 0 and not allowzero:
+            out.append(src.shape[i] if src.shape is not None and i < len(src.shape) else None)
+        else:
+            out.append(d)
+    if -1 in out:
+        k = out.index(-1)
+        total = sd.product(src.shape) if src.shape is not None else None
+        rest = sd.product(d for j, d in enumerate(out) if j != k)
+        out[k] = sd.div(total, rest) if total is not None and rest is not None else None
+    out = [None if isinstance(d, int) and d < 0 else d for d in out]
+    return [(src.dtype, tuple(out))]
+
+
+def unsqueeze(node: Node):
+    s = _shape(node)
+    axes = node.attr("axes") or _ints(_x(node, 1))
+    if s is None or axes is None:
+        return [(_x(node).dtype, None)]
+    rank = len(s) + len(axes)
+    axes = sorted(_axis(a, rank) for a in axes)
+    out, it = [], iter(s)
+    for i in range(rank):
+        out.append(1 if i in axes else next(it))
+    return [(_x(node).dtype, tuple(out))]
+
+
+def squeeze(node: Node):
+    s = _shape(node)
+    axes = node.attr("axes") or _ints(_x(node, 1))
+    if s is None:
+        return [(_x(node).dtype, None)]
+    if axes is None:
+        if any(d is None or isinstance(d, str) for d in s):
+            return [(_x(node).dtype, None)]
+        return [(_x(node).dtype, tuple(d for d in s if d != 1))]
+    axes = {_axis(a, len(s)) for a in axes}
+    return [(_x(node).dtype, tuple(d for i, d in enumerate(s) if i not in axes))]
+
+
+def expand(node: Node):
+    s, target = _shape(node), _x(node, 1)
+    if target.sym is None or s is None:
+        n = target.shape[0] if target.shape and isinstance(target.shape[0], int) else None
+        return [(_x(node).dtype, None if n is None or s is None else (None,) * max(n, len(s)))]
+    return [(_x(node).dtype, sd.broadcast_shapes(s, tuple(target.sym)))]
+
+
+def concat(node: Node):
+    shapes = [v.shape for v in node.inputs if v is not None]
+    dtype = next((v.dtype for v in node.inputs if v is not None and v.dtype), None)
+    if any(s is None for s in shapes) or not shapes:
+        return [(dtype, None)]
+    rank = len(shapes[0])
+    axis = _axis(node.attr("axis", 0), rank)
+    out = list(shapes[0])
+    total = 0
+    for s in shapes:
+        total = sd.add(total, s[axis]) if total is not None else None
+    out[axis] = total
+    for i in range(rank):
+        if i != axis:
+            for s in shapes[1:]:
+                out[i] = out[i] if sd.same(out[i], s[i]) or s[i] is None else (
+                    s[i] if out[i] is None else out[i])
+    return [(dtype, tuple(out))]
+
+
+def shape_op(node: Node):
+    s = _shape(node)
+    if s is None:
+        return [("int64", (None,))]
+    start, end = node.attr("start", 0), node.attr("end")
+    dims = s[slice(start, end)]
+    return [("int64", (len(dims),))]
+
+
+def gather(node: Node):
+    data, idx = _shape(node, 0), _shape(node, 1)
+    if data is None or idx is None:
+        return [(_x(node).dtype, None)]
+    axis = _axis(node.attr("axis", 0), len(data))
+    return [(_x(node).dtype, data[:axis] + idx + data[axis + 1:])]
+
+
+def slice_op(node: Node):
+    s = _shape(node)
+    if s is None:
+        return None
+    starts, ends = _syms(_x(node, 1)), _syms(_x(node, 2))
+    axes = _ints(_x(node, 3)) if node.input(3) is not None else list(range(len(starts or [])))
+    steps = _ints(_x(node, 4)) if node.input(4) is not None else [1] * len(starts or [])
+    if starts is None or ends is None or axes is None or steps is None:
+        return [(_x(node).dtype, tuple(None for _ in s))]
+    out = list(s)
+    for st, en, ax, sp in zip(starts, ends, axes, steps):
+        ax = _axis(ax, len(s))
+        out[ax] = _sliced_dim(s[ax], st, en, sp)
+    return [(_x(node).dtype, tuple(out))]
+
+
+def _sliced_dim(d, start, end, step):
+    if isinstance(d, int) and isinstance(start, int) and isinstance(end, int):
+        return len(range(*slice(start, end, step).indices(d)))
+    if step != 1 or start != 0:
+        return None
+    if isinstance(end, int) and end >= 2**62:
+        return d  # x[0:INT_MAX]
+    if isinstance(end, str):
+        # x[0:n] with a symbolic n: the model is valid only if n <= d, so the result has n rows
+        return end
+    return None
+
+
+def _syms(v: Value | None):
+    if v is None:
+        return None
+    if v.sym is not None:
+        return list(v.sym)
+    return _ints(v)
+
+
+def split(node: Node):
+    s = _shape(node)
+    if s is None:
+        return None
+    axis = _axis(node.attr("axis", 0), len(s))
+    sizes = _ints(_x(node, 1)) if node.input(1) is not None else node.attr("split")
+    n = len(node.outputs)
+    if sizes is None:
+        d = s[axis]
+        if not isinstance(d, int) or d % n:
+            return [(_x(node).dtype, None)] * n
+        sizes = [d // n] * n
+    return [(_x(node).dtype, s[:axis] + (k,) + s[axis + 1:]) for k in sizes]
+
+
+def like_indices(node: Node):
+    return [(_x(node).dtype, _shape(node, 1))]
+
+
+def like_data(node: Node):
+    return [(_x(node).dtype, _shape(node, 0))]
+
+
+def range_op(node: Node):
+    start, limit, delta = (_syms(_x(node, i)) for i in range(3))
+    dtype = _x(node).dtype
+    if start and limit and delta and start[0] == 0 and delta[0] == 1:
+        return [(dtype, (limit[0],))]
+    return [(dtype, (None,))]
+
+
+def reduce(node: Node):
+    s = _shape(node)
+    axes = node.sem.get("axes")
+    keep = node.sem.get("keepdims", True)
+    if s is None or axes == "dynamic":
+        return [(_x(node).dtype, None)]
+    if axes is None:
+        axes = tuple(range(len(s)))
+    axes = {_axis(a, len(s)) for a in axes}
+    out = tuple((1 if i in axes else d) for i, d in enumerate(s) if keep or i not in axes)
+    return [(_x(node).dtype, out)]
+
+
+def constant_of_shape(node: Node):
+    target = _x(node)
+    value = node.attr("value")
+    dtype = value.dtype if value is not None else "float32"
+    if target.sym is not None:
+        return [(dtype, tuple(target.sym))]
+    return [(dtype, None)]
+
+
+def flatten(node: Node):
+    s = _shape(node)
+    if s is None:
+        return None
+    axis = _axis(node.attr("axis", 1), len(s))
+    return [(_x(node).dtype, (sd.product(s[:axis]), sd.product(s[axis:])))]
+
+
+def tile(node: Node):
+    s, reps = _shape(node), _x(node, 1)
+    if s is None or reps.sym is None:
+        return None
+    return [(_x(node).dtype, tuple(sd.mul(d, r) for d, r in zip(s, reps.sym)))]
+
+
+RULES = {op: unary for op in UNARY}
+RULES.update({op: elementwise for op in BROADCAST})
+RULES.update({
+    "IsNaN": is_nan, "IsInf": is_nan, "Cast": cast, "MatMul": matmul, "Gemm": gemm,
+    "Transpose": transpose, "Reshape": reshape, "Unsqueeze": unsqueeze, "Squeeze": squeeze,
+    "Expand": expand, "Concat": concat, "Shape": shape_op, "Gather": gather, "Slice": slice_op,
+    "ConstantOfShape": constant_of_shape, "Flatten": flatten, "Tile": tile, "Range": range_op,
+    "Split": split, "GatherElements": like_indices, "ScatterND": like_data,
+    "ScatterElements": like_data,
+    "ReduceMean": reduce, "ReduceSum": reduce, "ReduceMax": reduce, "ReduceMin": reduce,
+    "ReduceProd": reduce, "ReduceL2": reduce, "ReduceSumSquare": reduce,
+})
+
+
+# --- contents of small integer tensors ------------------------------------------------------
+
+
+def sym_shape(node: Node):
+    s = _shape(node)
+    if s is None:
+        return None
+    return tuple(s[slice(node.attr("start", 0), node.attr("end"))])
+
+
+def sym_gather(node: Node):
+    data, idx = _x(node, 0), _ints(_x(node, 1))
+    if data.sym is None or idx is None or node.attr("axis", 0) != 0:
+        return None
+    return tuple(data.sym[i] for i in idx)
+
+
+def sym_passthrough(node: Node):
+    return _x(node).sym
+
+
+def sym_concat(node: Node):
+    parts = [v.sym for v in node.inputs]
+    if any(p is None for p in parts):
+        return None
+    return tuple(d for p in parts for d in p)
+
+
+def sym_slice(node: Node):
+    data = _x(node).sym
+    starts, ends = _ints(_x(node, 1)), _ints(_x(node, 2))
+    steps = _ints(_x(node, 4)) if node.input(4) is not None else [1]
+    if data is None or starts is None or ends is None or steps is None or len(starts) != 1:
+        return None
+    return tuple(data[slice(starts[0], ends[0], steps[0])])
+
+
+def _binary(fn):
+    def rule(node: Node):
+        a, b = _x(node, 0).sym, _x(node, 1).sym
+        if a is None or b is None:
+            return None
+        if len(a) == 1:
+            a = a * len(b)
+        if len(b) == 1:
+            b = b * len(a)
+        if len(a) != len(b):
+            return None
+        out = tuple(fn(x, y) for x, y in zip(a, b))
+        return out
+    return rule
+
+
+def _int_div(a, b):
+    if isinstance(a, int) and isinstance(b, int) and b:
+        q = abs(a) // abs(b)
+        return q if (a >= 0) == (b >= 0) else -q
+    return sd.div(a, b)
+
+
+def _eq(a, b):
+    if sd.same(a, b):
+        return 1
+    if isinstance(a, int) and isinstance(b, int):
+        return 0
+    if isinstance(a, str) and isinstance(b, int) and b < 0:
+        return 0  # a dimension is never negative
+    if isinstance(b, str) and isinstance(a, int) and a < 0:
+        return 0
+    return None
+
+
+def sym_where(node: Node):
+    c, a, b = (_x(node, i).sym for i in range(3))
+    if c is None or a is None or b is None or None in c:
+        return None
+    n = max(len(c), len(a), len(b))
+    c, a, b = (x * n if len(x) == 1 else x for x in (c, a, b))
+    if not len(c) == len(a) == len(b):
+        return None
+    return tuple(x if k else y for k, x, y in zip(c, a, b))
+
+
+def sym_constant_of_shape(node: Node):
+    target = _x(node).sym
+    value = node.attr("value")
+    if target is None or len(target) != 1 or not isinstance(target[0], int) or target[0] > 16:
+        return None
+    if value is not None and value.dtype not in ("int64", "int32"):
+        return None
+    fill = int(value.numpy().reshape(-1)[0]) if value is not None else 0
+    return (fill,) * target[0]
+
+
+def sym_cast(node: Node):
+    if node.attr("to") in (6, 7, 9):
+        return _x(node).sym
+    return None
+
+
+SYM_RULES = {
+    "Shape": sym_shape, "Gather": sym_gather, "Unsqueeze": sym_passthrough,
+    "Squeeze": sym_passthrough, "Identity": sym_passthrough, "Cast": sym_cast,
+    "Concat": sym_concat, "Slice": sym_slice, "Reshape": sym_passthrough,
+    "Add": _binary(sd.add), "Sub": _binary(sd.sub), "Mul": _binary(sd.mul),
+    "Div": _binary(_int_div), "Equal": _binary(_eq), "Where": sym_where,
+    "ConstantOfShape": sym_constant_of_shape,
+}

@@ -1,0 +1,126 @@
+"""Symbolic shape inference and shape-arithmetic folding.
+
+Exporters compute reshape targets at run time: ``Shape → Gather → Unsqueeze
+→ Concat → Reshape``. ONNX's own shape inference gives up on most of these
+(``unk__17``), and without shapes no pattern can tell heads from head size.
+This pass walks the graph once in order and computes, for every value, a
+shape whose dims are ints or symbols (``batch``, ``seq``, ``4*seq``), and for
+small integer tensors their *contents* (``Value.sym``), e.g.
+``(batch, seq, 4, 16)``. Where contents are fully known numbers the
+computation is replaced by a constant (shape-arithmetic folding); where they
+stay symbolic, matchers can still read them.
+
+The pass reports as changes only the folds it made, so the fixed-point
+driver terminates.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from onnxopt.ir.graph import Graph
+from onnxopt.ir.model import Model
+from onnxopt.ir.node import Node
+from onnxopt.ir.tensor import LazyTensor
+from onnxopt.ir.edit import replace_value
+from onnxopt.ir.value import Value
+from onnxopt.normalize import symdim as sd
+from onnxopt.normalize.shape_rules import RULES, SYM_RULES
+
+MAX_SYM_ELEMENTS = 16
+
+
+def infer_shapes(model: Model) -> int:
+    """Propagate shapes and small-integer contents; fold fully known ones. Returns folds made."""
+    folds = 0
+    for graph in _graphs(model.graph):
+        folds += _infer_graph(graph)
+    return folds
+
+
+def _graphs(graph: Graph):
+    yield graph
+    for node in graph:
+        for sub in node.subgraphs():
+            yield from _graphs(sub)
+
+
+def _infer_graph(graph: Graph) -> int:
+    for v in graph.inputs:
+        v.shape = _clean_shape(v.shape)
+    for v in graph.constants.values():
+        _constant_sym(v)
+    folds = 0
+    for node in graph:
+        if node.domain not in ("", "ai.onnx"):
+            continue
+        for v in node.inputs:
+            if v is not None and v.const is not None and v.sym is None:
+                _constant_sym(v)
+        rule = RULES.get(node.op_type)
+        if rule is not None:
+            try:
+                result = rule(node)
+            except (ValueError, TypeError, IndexError, KeyError, ZeroDivisionError):
+                result = None
+            if result is not None:
+                for out, (dtype, shape) in zip(node.outputs, result):
+                    _merge(out, dtype, shape)
+        else:
+            for out in node.outputs:
+                out.shape = _clean_shape(out.shape)
+        sym_rule = SYM_RULES.get(node.op_type)
+        if sym_rule is not None and len(node.outputs) == 1:
+            try:
+                node.output.sym = sym_rule(node)
+            except (ValueError, TypeError, IndexError, KeyError, ZeroDivisionError):
+                node.output.sym = None
+            if node.output.sym is not None and _fold(graph, node):
+                folds += 1
+    return folds
+
+
+def _merge(out: Value, dtype: str | None, shape) -> None:
+    if dtype is not None:
+        out.dtype = dtype
+    old = _clean_shape(out.shape)
+    if shape is None:
+        out.shape = old
+        return
+    if old is not None and len(old) == len(shape):
+        shape = tuple(new if new is not None else o for new, o in zip(shape, old))
+    out.shape = tuple(shape)
+
+
+def _clean_shape(shape):
+    if shape is None:
+        return None
+    return tuple(sd.clean(d) for d in shape)
+
+
+def _constant_sym(v: Value) -> None:
+    t = v.const
+    if t.dtype not in ("int64", "int32") or len(t.shape) > 1 or t.size > MAX_SYM_ELEMENTS:
+        return
+    v.sym = tuple(int(x) for x in t.numpy().reshape(-1))
+
+
+def _fold(graph: Graph, node: Node) -> bool:
+    """Replace a value whose contents are all known ints by a constant."""
+    out = node.output
+    if out.shape is None or not all(isinstance(x, int) for x in out.sym):
+        return False
+    if out.dtype not in ("int64", "int32"):
+        return False
+    arr = np.array(out.sym, dtype=np.int64 if out.dtype == "int64" else np.int32)
+    arr = arr.reshape(out.shape) if out.shape == () else arr
+    if len(out.shape) == 1 and out.shape[0] != len(out.sym):
+        return False
+    const = graph.add_constant(LazyTensor.from_array(arr), hint=out.name + "_folded")
+    const.sym = out.sym
+    if not replace_value(graph, out, const):
+        graph.remove_constant(const)
+        return False
+    if not any(o.num_uses or o in graph.output_set() for o in node.outputs):
+        graph.remove(node)
+    return True
