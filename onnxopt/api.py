@@ -26,8 +26,11 @@ def optimize(model: str | os.PathLike | ModelProto, output: str | os.PathLike | 
     """Optimize a model given as a path or ModelProto; return the optimized ModelProto.
 
     With ``output`` the result is also written there atomically (external
-    data beside it when the input had some or the model passes 2 GB). Keyword
-    options are those of :class:`OptimizeOptions` (``target="cpu"``, ...).
+    data beside it when the input had some or the model passes 2 GB), and the
+    returned proto is the one written: its external tensors reference the
+    output's data file and are not loaded, so memory stays flat for large
+    models. Keyword options are those of :class:`OptimizeOptions`
+    (``target="cpu"``, ...).
     """
     options = options or OptimizeOptions(**_option_kwargs(option_kwargs))
     source = os.fspath(model) if isinstance(model, (str, os.PathLike)) else model
@@ -39,7 +42,7 @@ def optimize(model: str | os.PathLike | ModelProto, output: str | os.PathLike | 
     if return_result:
         return result
     proto = result.proto
-    if result.external:
+    if result.external and output is None:
         proto = ModelProto()
         proto.CopyFrom(result.proto)
         inline_external(proto, result.external)
@@ -80,6 +83,9 @@ def write_result(result: OptimizeResult, output: str, source: str | None) -> Non
     protected = frozenset(_source_files(result))
     if source is not None:
         protected |= {os.path.realpath(source)}
+    if os.path.realpath(output) in protected:
+        raise UsageError(f"{output}: output path is one of the input's files (its external "
+                         "data); refusing to overwrite it")
     save_model(result.proto, result.external, output,
                use_external=result.model.had_external_data, protected=protected)
 

@@ -10,7 +10,8 @@ class OptimizeOptions:
     """Options of one optimization run.
 
     ``target`` is ``"cpu"``, ``"cuda"`` or ``None`` (probe the machine).
-    ``only``/``disable`` switch fusion rules by name. ``debug`` runs the IR
+    ``only``/``disable`` switch fusion rules by name; ``fuse=False`` rewrites
+    nothing at all (import and export only). ``debug`` runs the IR
     verifier after every pass and makes rule bookkeeping errors fatal.
     """
 

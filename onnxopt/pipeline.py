@@ -62,6 +62,18 @@ def op_histogram(model: Model) -> Counter:
     return Counter(n.qualified_op for n in model.graph.all_nodes())
 
 
+def proto_histogram(graph) -> Counter:
+    """Ops of an exported graph (subgraphs included): what the user's file really holds."""
+    counts: Counter = Counter()
+    for node in graph.node:
+        op = node.op_type if node.domain in ("", "ai.onnx") else f"{node.domain}::{node.op_type}"
+        counts[op] += 1
+        for a in node.attribute:
+            for g in ([a.g] if a.HasField("g") else []) + list(a.graphs):
+                counts.update(proto_histogram(g))
+    return counts
+
+
 def run_pipeline(source: str | ModelProto, options: OptimizeOptions | None = None,
                  progress: Progress | None = None) -> OptimizeResult:
     """Optimize ``source`` (a path or ModelProto) and return the exported proto and a report."""
@@ -87,16 +99,20 @@ def run_pipeline(source: str | ModelProto, options: OptimizeOptions | None = Non
         if options.debug:
             verify_graph(model.graph)
     proto, external = timed("export", lambda: export_model_lazy(model))
-    report.nodes_after = op_histogram(model)
+    report.nodes_after = proto_histogram(proto.graph)
     return OptimizeResult(model, proto, external, report)
 
 
 def _stages(options: OptimizeOptions) -> list[tuple[str, Callable[[Model, OptimizeOptions], Any]]]:
     """The stages after import, in order (each module owns its stage)."""
-    from onnxopt import normalize
+    from onnxopt import fuse, normalize, select
 
+    if not options.fuse:
+        return []  # a pure round trip: import and export, nothing rewritten
     stages: list[tuple[str, Callable[[Model, OptimizeOptions], Any]]] = [
         ("normalize", normalize.run),
+        ("fuse", fuse.run),
+        ("select", select.run),
     ]
     return stages
 

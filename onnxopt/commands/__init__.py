@@ -8,9 +8,10 @@ import click
 def register(group: click.Group) -> None:
     if group.commands:
         return
+    from onnxopt.commands.explain_cmd import explain
     from onnxopt.commands.ir_cmd import ir
     from onnxopt.commands.optimize_cmd import optimize
     from onnxopt.commands.verify_cmd import verify
 
-    for cmd in (optimize, ir, verify):
+    for cmd in (optimize, explain, ir, verify):
         group.add_command(cmd)

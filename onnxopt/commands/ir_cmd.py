@@ -26,6 +26,7 @@ def ir(model: str, normalized: bool, debug: bool) -> None:
 
         normalize.run(m, OptimizeOptions(debug=debug))
     opsets = ", ".join(f"{d or 'ai.onnx'}:{v}" for d, v in sorted(m.opset_imports.items()))
-    click.echo(f"# ir_version {m.ir_version}; opsets {opsets}; producer {m.producer_name} "
-               f"{m.producer_version}".rstrip())
+    producer = f"{m.producer_name} {m.producer_version}".strip()
+    click.echo(f"# ir_version {m.ir_version}; opsets {opsets}"
+               + (f"; producer {producer}" if producer else ""))
     click.echo(format_graph(m.graph))

@@ -27,7 +27,7 @@ def default_output(path: str) -> str:
               help="Target device (default: cuda only where a CUDA device is usable).")
 @click.option("--only", multiple=True, help="Run only this fusion rule (repeatable).")
 @click.option("--disable", multiple=True, help="Do not run this fusion rule (repeatable).")
-@click.option("--no-fuse", is_flag=True, help="Import, normalize and export only.")
+@click.option("--no-fuse", is_flag=True, help="Rewrite nothing: import and export only (a round trip).")
 @click.option("-q", "--quiet", is_flag=True, help="Print nothing but errors.")
 @debug_option
 def optimize(model: str, output: str | None, json_path: str | None, do_verify: bool,

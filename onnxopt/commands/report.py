@@ -61,7 +61,46 @@ def print_normalize(out: Console, summary: dict[str, int]) -> None:
         out.print("normalize: " + ", ".join(f"{k} {v}" for k, v in summary.items()))
 
 
-_STAGE_PRINTERS = {"normalize": print_normalize}
+def print_fusion(out: Console, report) -> None:
+    summary = report.summary()
+    if not summary:
+        out.print("fusion: no candidate regions")
+        return
+    table = Table(title="fusion", show_edge=False, title_justify="left")
+    for col in ("rule", "fused", "refused", "partial", "most common reason"):
+        table.add_column(col, justify="right" if col in ("fused", "refused", "partial") else "left")
+    for rule, entry in summary.items():
+        reason = next(iter(entry["reasons"]), "")
+        table.add_row(rule, str(entry["fused"]), str(entry["refused"]), str(entry["partial"]),
+                      reason)
+    out.print(table)
+
+
+def print_selection(out: Console, report) -> None:
+    counts = report.chosen_counts()
+    if counts:
+        out.print("kernels: " + ", ".join(f"{k} x{v}" for k, v in sorted(counts.items())))
+
+
+def print_explain(result) -> None:
+    out = console()
+    regions = result.fusion.regions
+    if not regions:
+        out.print("no candidate regions")
+    for r in regions:
+        mark = {"fused": "[green]fused[/]", "refused": "[red]refused[/]",
+                "partial": "[yellow]partial[/]"}[r.status]
+        out.print(f"{mark}  {r.rule:<12} at {r.root}  ({r.nodes} nodes)")
+        out.print(f"         {r.detail}", markup=False)
+    if result.selection is not None:
+        for s in result.selection.selections:
+            out.print(f"kernel  {s.node}: {s.chosen.name}")
+            for k, reason in s.rejected:
+                out.print(f"         not {k.name}: {reason}", markup=False)
+    print_fusion(out, result.fusion)
+
+
+_STAGE_PRINTERS = {"normalize": print_normalize, "fuse": print_fusion, "select": print_selection}
 
 
 def register_stage_printer(stage: str, printer) -> None:

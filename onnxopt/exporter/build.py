@@ -142,7 +142,7 @@ class _Exporter:
         elif t == AttributeProto.STRING:
             a.s = v.encode("utf-8", errors="surrogateescape") if isinstance(v, str) else v
         elif t == AttributeProto.TENSOR:
-            a.t.CopyFrom(self.tensor(v, v.proto.name if v.proto is not None else ""))
+            a.t.CopyFrom(self.attribute_tensor(v))
         elif t == AttributeProto.GRAPH:
             a.g.CopyFrom(self.graph(v))
         elif t == AttributeProto.FLOATS:
@@ -154,10 +154,23 @@ class _Exporter:
         elif t == AttributeProto.GRAPHS:
             a.graphs.extend(self.graph(g) for g in v)
         elif t == AttributeProto.TENSORS:
-            a.tensors.extend(self.tensor(x, "") for x in v)
+            a.tensors.extend(self.attribute_tensor(x) for x in v)
         else:
             raise ValueError(f"attribute {name}: cannot export type {t}")
         return a
+
+    def attribute_tensor(self, tensor: LazyTensor) -> TensorProto:
+        """A tensor attribute, always inline: such tensors are small, and their names (the
+        key of the external placeholders) need not be unique, nor even set."""
+        name = tensor.proto.name if tensor.proto is not None else ""
+        if not tensor.is_external:
+            return self.tensor(tensor, name)
+        t = TensorProto()
+        t.name = name
+        t.data_type = dtype_code(tensor.dtype)
+        t.dims.extend(tensor.shape)
+        t.raw_data = b"".join(tensor.raw_chunks())
+        return t
 
     def tensor(self, tensor: LazyTensor, name: str) -> TensorProto:
         if tensor.is_external and tensor.proto is not None and name:

@@ -77,12 +77,21 @@ def inline_external(proto: ModelProto, external: dict[str, LazyTensor]) -> None:
 
 
 def _write_data_file(tensors: list[TensorProto], external: dict[str, LazyTensor],
-                     data_path: str, move_large: bool) -> str:
+                     data_path: str, move_large: bool) -> str | None:
+    """Write the data file's bytes to a temporary file; ``None`` (and no file) if none go out."""
     tmp = _temp_beside(data_path)
     location = os.path.basename(data_path)
     offset = 0
+    wrote = False
     with open(tmp, "wb") as f:
         for t in tensors:
+            if _is_placeholder(t) and external[t.name].nbytes < EXTERNAL_THRESHOLD:
+                # Small tensors (shapes, axes) go inline, as onnx's own saver does: shape
+                # inference (and onnx.checker's full check) cannot read external ones.
+                t.data_location = TensorProto.DEFAULT
+                del t.external_data[:]
+                t.raw_data = b"".join(external[t.name].raw_chunks())
+                continue
             if _is_placeholder(t):
                 chunks = external[t.name].raw_chunks()
             elif move_large and t.data_location != TensorProto.EXTERNAL and _raw_size(t) >= EXTERNAL_THRESHOLD:
@@ -104,6 +113,10 @@ def _write_data_file(tensors: list[TensorProto], external: dict[str, LazyTensor]
             t.external_data.add(key="offset", value=str(offset))
             t.external_data.add(key="length", value=str(length))
             offset += length
+            wrote = True
+    if not wrote:
+        _unlink_quiet(tmp)
+        return None
     return tmp
 
 
@@ -155,8 +168,19 @@ def _data_file_name(path: str, protected: frozenset[str]) -> str:
 def _temp_beside(path: str) -> str:
     fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp",
                                dir=os.path.dirname(path))
-    os.close(fd)
+    try:
+        # mkstemp makes the file private (0600); the output should get the usual mode.
+        os.fchmod(fd, _file_mode())
+    finally:
+        os.close(fd)
     return tmp
+
+
+def _file_mode() -> int:
+    """The mode ``open()`` would give a new file: 0666 less the process umask."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return 0o666 & ~mask
 
 
 def _unlink_quiet(path: str) -> None:

@@ -17,10 +17,13 @@ from google.protobuf.message import DecodeError
 from onnx import ModelProto, TensorProto
 
 from onnxopt.errors import ModelError, UsageError
+from onnxopt.ir.dtypes import dtype_name, numpy_dtype
 from onnxopt.ir.tensor import ExternalLocation
 
 MIN_IR_VERSION = 3
 MIN_OPSET = 13
+# Strings have no fixed size; 4-bit types pack two elements per byte.
+_UNSIZED = frozenset({"string", "int4", "uint4", "float4e2m1"})
 
 
 def max_opset() -> int:
@@ -96,13 +99,37 @@ def resolve_external(tensor: TensorProto, base_dir: str | None, label: str) -> E
         raise ModelError(f"{where} is a symlink out of the model's folder ('{location}')")
     if not os.path.isfile(full):
         raise ModelError(f"{where} is missing: '{location}' not found next to the model")
-    offset = int(info.get("offset", 0) or 0)
-    length = int(info["length"]) if info.get("length") else None
+    try:
+        offset = int(info.get("offset", 0) or 0)
+        length = int(info["length"]) if info.get("length") else None
+    except ValueError:
+        raise ModelError(f"{where} has a non-integer offset or length") from None
+    if offset < 0 or (length is not None and length < 0):
+        raise ModelError(f"{where} has a negative offset or length")
+    expected = _expected_nbytes(tensor)
+    if length is not None and expected is not None and length != expected:
+        raise ModelError(f"{where} has length {length}, but its type and shape need "
+                         f"{expected} bytes")
+    need = offset + (length if length is not None else (expected or 0))
     size = os.path.getsize(full)
-    if offset + (length or 0) > size:
-        raise ModelError(f"{where} is truncated: '{location}' has {size} bytes, needs "
-                         f"{offset + (length or 0)}")
+    if need > size:
+        raise ModelError(f"{where} is truncated: '{location}' has {size} bytes, needs {need}")
     return ExternalLocation(full, offset, length)
+
+
+def _expected_nbytes(tensor: TensorProto) -> int | None:
+    """Bytes a tensor's raw data must have (``None`` where that is not a fixed multiple)."""
+    name = dtype_name(tensor.data_type)
+    if name is None or name in _UNSIZED:
+        return None
+    try:
+        itemsize = numpy_dtype(name).itemsize
+    except (TypeError, ValueError, KeyError):
+        return None
+    count = 1
+    for d in tensor.dims:
+        count *= d
+    return count * itemsize
 
 
 def _short(e: Exception) -> str:

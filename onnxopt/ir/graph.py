@@ -208,14 +208,14 @@ class Graph:
         """
         if old is new:
             return
+        if not outputs and old in self.output_set():
+            raise ValueError(f"{old.name} is a graph output; pass outputs=True to rewire it")
         for node, index in old.uses():
             node._inputs[index] = new
             new._uses.append((node, index))
         old._uses.clear()
         if outputs:
             self._replace_output(old, new)
-        elif old in self.output_set():
-            raise ValueError(f"{old.name} is a graph output; pass outputs=True to rewire it")
 
     def _replace_output(self, old: Value, new: Value) -> None:
         if old in self.output_set():

@@ -34,7 +34,7 @@ class _Verifier:
         for v in list(graph.inputs) + list(graph.constants.values()):
             self._define(v, defined)
             if v.producer is not None:
-                raise IRVerificationError(f"{v.name}: graph input or constant has a producer")
+                raise IRVerificationError(f"%{v.name}: graph input or constant has a producer")
         count = 0
         for node in graph:
             count += 1

@@ -12,11 +12,32 @@ from collections.abc import Callable
 
 from onnxopt.ir.model import Model
 from onnxopt.ir.verifier import verify_graph
+from onnxopt.normalize.canonical_scale import canonical_scale
+from onnxopt.normalize.commutative_order import commutative_order
+from onnxopt.normalize.eliminate_common_subexpressions import eliminate_common_subexpressions
+from onnxopt.normalize.eliminate_dead_code import eliminate_dead_code
+from onnxopt.normalize.fold_constants import fold_constants
+from onnxopt.normalize.remove_noops import remove_noops
+from onnxopt.normalize.softmax_canonical import softmax_canonical
+from onnxopt.normalize.transpose_into_matmul import transpose_into_matmul
+from onnxopt.normalize.where_to_additive import where_to_additive
 
 Pass = Callable[[Model], int]
 MAX_ROUNDS = 8
 
-PASSES: list[tuple[str, Pass]] = []
+# Order: make numbers numbers and drop debris first (so use counts are honest), then share
+# what is equal, then put what remains into canonical forms. The round repeats until quiet.
+PASSES: list[tuple[str, Pass]] = [
+    ("fold_constants", fold_constants),
+    ("remove_noops", remove_noops),
+    ("eliminate_dead_code", eliminate_dead_code),
+    ("eliminate_common_subexpressions", eliminate_common_subexpressions),
+    ("commutative_order", commutative_order),
+    ("canonical_scale", canonical_scale),
+    ("transpose_into_matmul", transpose_into_matmul),
+    ("softmax_canonical", softmax_canonical),
+    ("where_to_additive", where_to_additive),
+]
 
 
 def run_passes(model: Model, *, debug: bool = False,

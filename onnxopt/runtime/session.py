@@ -15,7 +15,7 @@ from typing import Any
 import onnx
 import onnxruntime as ort
 
-from . import cuda, domains
+from . import cuda_available, domains
 from .errors import RuntimeUnavailable
 from .registry import CPU, CUDA, REGISTRY, KernelRegistry, KernelSpec
 
@@ -70,7 +70,7 @@ def kernels_for(
             )
         if providers == {CUDA} and not on_cuda:
             reason = (
-                cuda.unavailable_reason()
+                cuda_available.unavailable_reason()
                 or "CUDAExecutionProvider is not among the session's providers"
             )
             raise RuntimeUnavailable(f"{domain}::{op_type} has only a CUDA kernel, and {reason}")
@@ -95,8 +95,8 @@ def session(
     """
     proto, source = _load(model)
     if providers is None:
-        providers = [CUDA, CPU] if cuda.available() else [CPU]
-    on_cuda = CUDA in _provider_names(providers) and cuda.available()
+        providers = [CUDA, CPU] if cuda_available.available() else [CPU]
+    on_cuda = CUDA in _provider_names(providers) and cuda_available.available()
     kernels = kernels_for(proto, on_cuda, registry or REGISTRY)
     options = sess_options if sess_options is not None else ort.SessionOptions()
     domains.register(options, kernels)

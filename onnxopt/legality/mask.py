@@ -1,0 +1,155 @@
+"""What an attention mask is, proved by evaluating it.
+
+Exporters build the same causal-plus-padding mask in a dozen spellings (Trilu,
+triangular constants, ``arange`` comparisons, ``attention_mask`` reshaped and
+inverted, ``Where`` with the float minimum). Instead of one pattern per
+spelling, the mask's subgraph is cut out and run in ONNX Runtime on probe
+inputs: several sizes, the 2-D padding input all ones and then with padding.
+A mask is *causal* when, with no padding, exactly the positions above the
+(bottom-right aligned) diagonal are masked at every size; it carries *key
+padding* from an input when masking follows that input's zeros. A mask whose
+construction looks triangular but fails the probe is reported as such, and
+attention over it is not fused.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from onnxopt.exporter.subgraph import cone, subgraph_model
+from onnxopt.ir.model import Model
+from onnxopt.ir.value import Value
+
+MASKED = -1e4  # an additive value at or below this masks a key (exp underflows to 0)
+PROBE_SIZES = ((2, 5), (1, 9), (3, 4))
+TRIANGULAR_OPS = frozenset({"Trilu", "Less", "LessOrEqual", "Greater", "GreaterOrEqual", "Range"})
+
+
+@dataclass(frozen=True)
+class MaskInfo:
+    causal: bool = False
+    padding_input: Value | None = None
+    looks_causal: bool = False
+    reason: str | None = None  # why the probe could not classify it
+
+    @property
+    def kind(self) -> str:
+        parts = (["causal"] if self.causal else []) + (["key_padding"] if self.padding_input else [])
+        return "+".join(parts) or "additive"
+
+
+def classify_mask(model: Model, mask: Value, batch_dim, key_dim, query_dim) -> MaskInfo:
+    """Probe ``mask`` (broadcastable to [B, H, Sq, Skv]) for causal and key-padding structure."""
+    nodes, inputs, _ = cone([mask])
+    looks_causal = any(n.op_type in TRIANGULAR_OPS for n in nodes) or _triangular_constant(mask,
+                                                                                          nodes)
+    if mask.producer is None or not nodes:
+        return MaskInfo(looks_causal=looks_causal, reason="the mask is a model input or constant")
+    if any(v.dtype not in ("int64", "int32", "bool", "float32", "float16") for v in inputs):
+        return MaskInfo(looks_causal=looks_causal, reason="the mask depends on non-mask inputs")
+    candidates = [v for v in inputs if v.shape is not None and len(v.shape) == 2
+                  and v.shape[0] == batch_dim and v.shape[1] == key_dim]
+    if len(inputs) > 3 or any(v.shape is not None and len(v.shape) > 2 for v in inputs):
+        return MaskInfo(looks_causal=looks_causal, reason="the mask depends on activations")
+    proto = subgraph_model(model, [mask])
+    if proto is None:
+        return MaskInfo(looks_causal=looks_causal, reason="the mask's subgraph cannot be cut out")
+    try:
+        import onnxruntime as ort
+
+        opts = ort.SessionOptions()
+        opts.log_severity_level = 3
+        sess = ort.InferenceSession(proto.SerializeToString(), opts,
+                                    providers=["CPUExecutionProvider"])
+    except Exception as e:  # noqa: BLE001
+        return MaskInfo(looks_causal=looks_causal, reason=f"the mask cannot be evaluated ({e})")
+    padding = candidates[0] if len(candidates) == 1 else None
+    causal_votes, pad_votes = [], []
+    rng = np.random.default_rng(0)
+    for batch, seq in PROBE_SIZES:
+        symbols = _symbols(inputs, batch, seq)
+        feeds_full = {v.name: _feed(v, symbols, rng, pad=False) for v in inputs}
+        try:
+            full = _masked(sess.run(None, feeds_full)[0])
+        except Exception as e:  # noqa: BLE001
+            return MaskInfo(looks_causal=looks_causal, reason=f"the mask cannot be evaluated ({e})")
+        if full is None:
+            return MaskInfo(looks_causal=looks_causal, reason="the mask holds values between 0 "
+                            "and the masking range")
+        causal_votes.append(_is_causal(full))
+        if padding is not None:
+            feeds = dict(feeds_full)
+            feeds[padding.name] = _feed(padding, symbols, rng, pad=True)
+            padded = _masked(sess.run(None, feeds)[0])
+            keep = np.asarray(feeds[padding.name]) != 0
+            expect = full | ~keep[:, None, None, :] if padded is not None and padded.ndim == 4 \
+                else None
+            pad_votes.append(expect is not None and padded.shape == np.broadcast_shapes(
+                padded.shape, expect.shape) and np.array_equal(
+                    np.broadcast_to(padded, np.broadcast_shapes(padded.shape, expect.shape)),
+                    np.broadcast_to(expect, np.broadcast_shapes(padded.shape, expect.shape))))
+    causal = all(v is True for v in causal_votes)
+    no_mask = all(v == "none" for v in causal_votes)
+    info_reason = None
+    if looks_causal and not causal and not no_mask:
+        info_reason = "the mask is built like a causal mask but is not causal"
+    return MaskInfo(causal=causal, padding_input=padding if pad_votes and all(pad_votes) else None,
+                    looks_causal=looks_causal, reason=info_reason)
+
+
+def _masked(values: np.ndarray) -> np.ndarray | None:
+    """Boolean 'masked' view of an additive mask; None if it holds in-between values."""
+    values = np.asarray(values, dtype=np.float64)
+    masked = values <= MASKED
+    if not np.all(masked | (values == 0)):
+        return None
+    while masked.ndim < 4:
+        masked = masked[None]
+    return masked
+
+
+def _is_causal(masked: np.ndarray):
+    sq, skv = masked.shape[-2], masked.shape[-1]
+    if not masked.any():
+        return "none"
+    i = np.arange(sq)[:, None]
+    j = np.arange(skv)[None, :]
+    causal = j > i + (skv - sq)
+    return bool(np.all(masked == causal))
+
+
+def _symbols(inputs: list[Value], batch: int, seq: int) -> dict:
+    sizes: dict = {}
+    for v in inputs:
+        for k, d in enumerate(v.shape or ()):
+            if isinstance(d, str) and d not in sizes:
+                sizes[d] = batch if k == 0 else seq
+    return sizes
+
+
+def _feed(v: Value, symbols: dict, rng, pad: bool) -> np.ndarray:
+    from onnxopt.ir.dtypes import numpy_dtype
+    from onnxopt.verification.inputs import padding_mask
+
+    shape = tuple(d if isinstance(d, int) else symbols.get(d, 1) for d in v.shape)
+    if pad:
+        return padding_mask(shape).astype(numpy_dtype(v.dtype))
+    if v.dtype in ("int64", "int32") and len(shape) == 2:
+        return np.ones(shape, dtype=numpy_dtype(v.dtype))
+    return np.ones(shape, dtype=numpy_dtype(v.dtype))
+
+
+def _triangular_constant(mask: Value, nodes) -> bool:
+    for n in nodes:
+        for v in n.inputs:
+            if v is not None and v.const is not None and len(v.const.shape) >= 2 \
+                    and v.const.shape[-1] == v.const.shape[-2] and v.const.shape[-1] > 1 \
+                    and v.const.size <= 1 << 22:
+                a = v.const.numpy()
+                tri = np.triu(np.ones(a.shape[-2:], dtype=bool), 1)
+                flat = a.reshape(-1, *a.shape[-2:])[0] != 0
+                if np.array_equal(flat, tri) or np.array_equal(flat, ~tri):
+                    return True
+    return False

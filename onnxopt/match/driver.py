@@ -1,0 +1,146 @@
+"""Stages 3–5 driven together: match by root op, check legality, rewrite.
+
+Rules are indexed by root op type; a worklist holds nodes to try. When a rule
+fires, the nodes that read its new outputs are queued again, so the cost
+grows with the graph, not with its square. For every rule the driver keeps
+what ``explain`` shows: each region fused, each region refused with the
+legality reason, and the best partial match with the reason it stopped.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+from onnxopt.ir.graph import Graph
+from onnxopt.ir.model import Model
+from onnxopt.ir.node import Node
+from onnxopt.ir.verifier import verify_graph
+from onnxopt.legality.predicates import used_outside
+from onnxopt.legality.target import Target
+from onnxopt.match.pattern import Builder, Match, Trace, match_pattern
+from onnxopt.rules.base import RewriteBuilder, Rule
+
+# A partial match is worth reporting once it got past the root node.
+CANDIDATE_PROGRESS = 2
+
+
+@dataclass
+class Region:
+    """One candidate region of one rule: fused, refused, or a partial match."""
+
+    rule: str
+    root: str
+    status: str  # "fused" | "refused" | "partial"
+    detail: str
+    nodes: int = 0
+
+    def to_json(self) -> dict:
+        return self.__dict__.copy()
+
+
+@dataclass
+class FusionReport:
+    regions: list[Region] = field(default_factory=list)
+
+    def summary(self) -> dict[str, dict]:
+        out: dict[str, dict] = {}
+        for r in self.regions:
+            entry = out.setdefault(r.rule, {"fused": 0, "refused": 0, "partial": 0, "reasons": {}})
+            entry[r.status] += 1
+            if r.status != "fused":
+                entry["reasons"][r.detail] = entry["reasons"].get(r.detail, 0) + 1
+        for entry in out.values():
+            entry["reasons"] = dict(sorted(entry["reasons"].items(), key=lambda kv: -kv[1]))
+        return out
+
+    def count(self, rule: str, status: str = "fused") -> int:
+        return sum(1 for r in self.regions if r.rule == rule and r.status == status)
+
+    def to_json(self) -> dict:
+        return {"summary": self.summary(), "regions": [r.to_json() for r in self.regions]}
+
+
+class MatchError(AssertionError):
+    """A rule misbehaved (debug mode): claimed success without changing the graph."""
+
+
+def fuse(model: Model, rules: list[Rule], target: Target, *, debug: bool = False,
+         apply: bool = True) -> FusionReport:
+    """Apply ``rules`` to the model's main graph; with ``apply=False`` only report."""
+    report = FusionReport()
+    by_root: dict[str, list[tuple[Rule, object]]] = {}
+    p = Builder()
+    for rule in rules:
+        rule.begin(model)
+        by_root.setdefault(rule.root, []).append((rule, rule.pattern(p)))
+    graph = model.graph
+    _run_worklist(graph, by_root, target, report, debug, apply)
+    return report
+
+
+def _run_worklist(graph: Graph, by_root, target: Target, report: FusionReport, debug: bool,
+                  apply: bool) -> None:
+    work = deque(n for n in graph if n.op_type in by_root)
+    queued = {id(n) for n in work}
+    done: dict[tuple[int, str], Node] = {}  # holds the nodes, so ids are never reused
+    while work:
+        node = work.popleft()
+        queued.discard(id(node))
+        if node.graph is not graph:
+            continue
+        for rule, pattern in by_root.get(node.op_type, ()):
+            key = (id(node), rule.name)
+            if key in done:
+                continue
+            done[key] = node
+            trace = Trace()
+            m = match_pattern(pattern, node, trace)
+            if m is None:
+                best = trace.best
+                if best is not None and best.progress >= CANDIDATE_PROGRESS:
+                    report.regions.append(Region(rule.name, node.name, "partial", best.reason,
+                                                 best.progress))
+                continue
+            reason = used_outside(m.nodes, m.root) or rule.legal(m, target)
+            if reason:
+                report.regions.append(Region(rule.name, node.name, "refused", reason,
+                                             len(m.nodes)))
+                continue
+            report.regions.append(Region(rule.name, node.name, "fused", rule.describe(m),
+                                         len(m.nodes)))
+            if not apply:
+                continue
+            new_users = _apply(graph, rule, m, debug)
+            for user in new_users:
+                if user.op_type in by_root and id(user) not in queued:
+                    work.append(user)
+                    queued.add(id(user))
+            break
+
+
+def _apply(graph: Graph, rule: Rule, m: Match, debug: bool) -> list[Node]:
+    from onnxopt.ir.edit import replace_value
+
+    b = RewriteBuilder(graph, m.root, rule.name)
+    result = rule.rewrite(b, m)
+    new_outputs = result if isinstance(result, list) else [result]
+    if debug and not b.nodes:
+        raise MatchError(f"rule {rule.name} reported a rewrite but created no node")
+    users: list[Node] = []
+    for old, new in zip(m.root.outputs, new_outputs):
+        if new.dtype is None:
+            new.dtype = old.dtype
+        if new.shape is None:
+            new.shape = old.shape
+        users.extend(n for n, _ in old.uses())
+        if not replace_value(graph, old, new):
+            raise MatchError(f"rule {rule.name}: cannot replace graph output %{old.name}")
+    users.extend(n for n in b.nodes)
+    for node in reversed(m.nodes):
+        if node.graph is graph and not any(o.num_uses or o in graph.output_set()
+                                           for o in node.outputs):
+            graph.remove(node)
+    if debug:
+        verify_graph(graph)
+    return users

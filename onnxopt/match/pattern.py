@@ -1,0 +1,300 @@
+"""A small declarative pattern language over the IR.
+
+A pattern is a tree of :class:`Pat` objects describing how a value is
+computed, read from the root (the last node) back to its inputs::
+
+    x = p.var("x")
+    p.Mul(x, p.Sigmoid(x))            # SiLU: the same x on both sides
+
+- ``p.var(name)`` binds any value (and must bind the same one everywhere it
+  appears); ``dtype=``/``rank=``/``dims=`` constrain it, and ``dims`` names
+  shape variables (``("B", "H", "S", "D")``) unified across the whole match.
+- ``p.const(name)`` matches a constant; ``value=`` pins its value (within a
+  tolerance), ``scalar=True`` asks for a single element.
+- ``p.<Op>(*inputs, name=..., attrs=..., sem=...)`` matches a node by op
+  type; binary ops that commute are tried in both operand orders.
+- ``p.any(a, b, ...)`` tries alternatives in order; ``p.optional(op_pat,
+  through)`` is "either this op, or nothing and continue at ``through``".
+
+Matching returns a :class:`Match` whose bindings are attributes (``m.x``,
+``m.scale``), or records in the :class:`Trace` how far it got and why it
+stopped, so the best partial match of each rule can be explained.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+
+from onnxopt.ir.node import Node
+from onnxopt.ir.value import Value
+
+COMMUTATIVE = frozenset({"Add", "Mul", "And", "Or", "Equal", "Max", "Min", "Xor", "Sum"})
+
+
+class Pat:
+    """Base class of pattern nodes."""
+
+    def match(self, value: Value | None, state: _State) -> bool:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+
+@dataclass(eq=False)
+class Var(Pat):
+    name: str
+    dtype: frozenset[str] | None = None
+    rank: int | tuple[int, ...] | None = None
+    dims: tuple[Any, ...] | None = None
+
+    def match(self, value, state):
+        if value is None:
+            return state.fail(f"{self.name}: an input is missing")
+        bound = state.bindings.get(self.name)
+        if bound is not None:
+            return bound is value or state.fail(
+                f"%{value.name} should be the same value as %{bound.name} ({self.name})")
+        if self.dtype is not None and value.dtype not in self.dtype:
+            return state.fail(f"%{value.name} ({self.name}) has dtype {value.dtype}, "
+                              f"expected one of {sorted(self.dtype)}")
+        if self.rank is not None:
+            ranks = (self.rank,) if isinstance(self.rank, int) else self.rank
+            if value.rank not in ranks:
+                return state.fail(f"%{value.name} ({self.name}) has rank {value.rank}, "
+                                  f"expected {' or '.join(map(str, ranks))}")
+        if self.dims is not None and not state.unify_dims(value, self.dims, self.name):
+            return False
+        state.bindings[self.name] = value
+        return True
+
+
+@dataclass(eq=False)
+class Const(Pat):
+    name: str | None = None
+    value: float | None = None
+    scalar: bool = False
+    tolerance: float = 1e-6
+
+    def match(self, value, state):
+        if value is None or value.const is None:
+            what = "missing" if value is None else f"%{value.name} is computed, not a constant"
+            return state.fail(f"expected a constant{self._label()}: {what}")
+        if self.scalar and value.const.size != 1:
+            return state.fail(f"constant %{value.name}{self._label()} has shape "
+                              f"{list(value.const.shape)}, expected a single value")
+        if self.value is not None:
+            arr = value.const.numpy()
+            if value.const.dtype not in ("float32", "float64", "float16", "bfloat16", "int64",
+                                         "int32") or arr.size == 0:
+                return state.fail(f"constant %{value.name} is not numeric")
+            ok = np.all(np.abs(arr.astype(np.float64) - self.value)
+                        <= self.tolerance * max(1.0, abs(self.value)))
+            if not ok:
+                shown = arr.reshape(-1)[0] if arr.size else "?"
+                return state.fail(f"constant %{value.name} is {shown:.6g}, expected "
+                                  f"{self.value:.6g}{self._label()}")
+        if self.name:
+            bound = state.bindings.get(self.name)
+            if bound is not None and bound is not value:
+                return state.fail(f"constant %{value.name} should be %{bound.name}")
+            state.bindings[self.name] = value
+        return True
+
+    def _label(self) -> str:
+        return f" ({self.name})" if self.name else ""
+
+
+@dataclass(eq=False)
+class Op(Pat):
+    op_type: str
+    inputs: tuple[Pat, ...]
+    name: str | None = None
+    domain: str = ""
+    attrs: dict[str, Any] = field(default_factory=dict)
+    sem: dict[str, Any] = field(default_factory=dict)
+    check: Callable[[Node], str | None] | None = None
+    commutative: bool | None = None
+
+    def match(self, value, state):
+        if value is None:
+            return state.fail(f"expected {self.op_type}, found a missing input")
+        seen = state.by_pattern.get(id(self))
+        if seen is not None:
+            return seen is value or state.fail(
+                f"%{value.name} should be the same value as %{seen.name} ({self.op_type})")
+        node = value.producer
+        if node is None or node.op_type != self.op_type or node.domain not in _domains(self.domain):
+            found = "a graph input" if value.is_graph_input else (
+                "a constant" if value.is_constant else
+                (node.qualified_op if node is not None else "nothing"))
+            return state.fail(f"%{value.name}: expected {self.op_type}, found {found}")
+        for key, want in self.attrs.items():
+            have = node.attr(key)
+            if have != want and not (isinstance(want, tuple) and have is not None
+                                     and tuple(have) == want):
+                return state.fail(f"{node.name}: attribute {key}={have}, expected {want}")
+        for key, want in self.sem.items():
+            if node.sem.get(key, False) != want:
+                return state.fail(f"{node.name}: {key} is {node.sem.get(key)}, expected {want}")
+        if self.check is not None:
+            reason = self.check(node)
+            if reason:
+                return state.fail(f"{node.name}: {reason}")
+        state.progress += 1
+        commutes = self.commutative if self.commutative is not None else (
+            self.op_type in COMMUTATIVE and len(self.inputs) == 2)
+        orders = [node.inputs]
+        if commutes and len(node.inputs) == 2:
+            orders.append(tuple(reversed(node.inputs)))
+        for k, inputs in enumerate(orders):
+            snapshot = state.save()
+            if len(inputs) < len(self.inputs):
+                inputs = tuple(inputs) + (None,) * (len(self.inputs) - len(inputs))
+            if all(p.match(v, state) for p, v in zip(self.inputs, inputs)):
+                state.by_pattern[id(self)] = value
+                state.nodes.append(node)
+                if self.name:
+                    state.bindings[self.name] = node
+                return True
+            if k + 1 < len(orders):
+                state.restore(snapshot)
+        return False
+
+
+@dataclass(eq=False)
+class AnyOf(Pat):
+    alternatives: tuple[Pat, ...]
+
+    def match(self, value, state):
+        for alt in self.alternatives:
+            snapshot = state.save()
+            if alt.match(value, state):
+                return True
+            state.restore(snapshot)
+        return False
+
+
+def _domains(domain: str) -> tuple[str, ...]:
+    return ("", "ai.onnx") if domain in ("", "ai.onnx") else (domain,)
+
+
+class Builder:
+    """``p`` in a rule's ``pattern(self, p)``: creates pattern nodes."""
+
+    def var(self, name: str, *, dtype=None, rank=None, dims=None) -> Var:
+        return Var(name, frozenset(dtype) if dtype else None, rank, tuple(dims) if dims else None)
+
+    def const(self, name: str | None = None, *, value: float | None = None, scalar: bool = False,
+              tolerance: float = 1e-6) -> Const:
+        return Const(name, value, scalar, tolerance)
+
+    def any(self, *alternatives: Pat) -> AnyOf:
+        return AnyOf(tuple(alternatives))
+
+    def optional(self, pattern: Pat, through: Pat) -> AnyOf:
+        return AnyOf((pattern, through))
+
+    def op(self, op_type: str, *inputs: Pat, **kw) -> Op:
+        return Op(op_type, tuple(inputs), **kw)
+
+    def __getattr__(self, op_type: str):
+        if not op_type[:1].isupper():
+            raise AttributeError(op_type)
+        return lambda *inputs, **kw: Op(op_type, tuple(inputs), **kw)
+
+
+@dataclass
+class Failure:
+    progress: int
+    reason: str
+
+
+class _State:
+    def __init__(self, trace: Trace) -> None:
+        self.bindings: dict[str, Any] = {}
+        self.by_pattern: dict[int, Value] = {}
+        self.dims: dict[str, Any] = {}
+        self.nodes: list[Node] = []
+        self.progress = 0
+        self.trace = trace
+
+    def save(self):
+        return (dict(self.bindings), dict(self.by_pattern), dict(self.dims), len(self.nodes),
+                self.progress)
+
+    def restore(self, snap) -> None:
+        self.bindings, self.by_pattern, self.dims = dict(snap[0]), dict(snap[1]), dict(snap[2])
+        del self.nodes[snap[3]:]
+        self.progress = snap[4]
+
+    def fail(self, reason: str) -> bool:
+        self.trace.record(self.progress, reason)
+        return False
+
+    def unify_dims(self, value: Value, dims: tuple[Any, ...], label: str) -> bool:
+        shape = value.shape
+        if shape is None or len(shape) != len(dims):
+            return self.fail(f"%{value.name} ({label}) has shape {shape}, expected rank {len(dims)}")
+        for want, have in zip(dims, shape):
+            if want is None or want == "_":
+                continue
+            if isinstance(want, int):
+                if have != want:
+                    return self.fail(f"%{value.name} ({label}): dimension {have}, expected {want}")
+                continue
+            bound = self.dims.get(want, _UNBOUND)
+            if bound is _UNBOUND:
+                self.dims[want] = have
+            elif bound != have or have is None:
+                return self.fail(f"%{value.name} ({label}): dimension {want} is {have} here but "
+                                 f"{bound} elsewhere in the match")
+        return True
+
+
+_UNBOUND = object()
+
+
+class Trace:
+    """The furthest a pattern got (most nodes matched) and why it stopped there."""
+
+    def __init__(self) -> None:
+        self.best: Failure | None = None
+
+    def record(self, progress: int, reason: str) -> None:
+        if self.best is None or progress > self.best.progress:
+            self.best = Failure(progress, reason)
+
+
+class Match:
+    """A successful match: bindings as attributes, the matched nodes, the root."""
+
+    def __init__(self, root: Node, state: _State) -> None:
+        self.root = root
+        self.nodes: list[Node] = list(dict.fromkeys(state.nodes))
+        self.dims = dict(state.dims)
+        self._bindings = dict(state.bindings)
+        self.extra: dict[str, Any] = {}
+
+    def __getattr__(self, name: str):
+        b = self.__dict__.get("_bindings", {})
+        if name in b:
+            return b[name]
+        e = self.__dict__.get("extra", {})
+        if name in e:
+            return e[name]
+        return None
+
+    def has(self, name: str) -> bool:
+        return name in self._bindings
+
+    def __repr__(self) -> str:
+        return f"Match(root={self.root.name}, nodes={len(self.nodes)})"
+
+
+def match_pattern(pattern: Pat, root: Node, trace: Trace) -> Match | None:
+    """Match ``pattern`` against the first output of ``root``."""
+    state = _State(trace)
+    if pattern.match(root.outputs[0], state):
+        return Match(root, state)
+    return None

@@ -1,0 +1,147 @@
+"""Small helpers the normalization passes share.
+
+Each pass lives in its own file and reads top to bottom; what several of them
+need — "is this a standard-domain op", "is this operand a scalar constant",
+"make a node and keep its meaning annotated", broadcasting of symbolic shapes —
+lives here once, so that the passes differ only in what they rewrite.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import numpy as np
+from onnx import AttributeProto
+
+from onnxopt.importer.semantics import annotate
+from onnxopt.ir.dtypes import FLOAT_TYPES
+from onnxopt.ir.graph import Graph
+from onnxopt.ir.model import Model
+from onnxopt.ir.node import Attr, Node
+from onnxopt.ir.value import Shape, Value
+
+STANDARD_DOMAINS = frozenset({"", "ai.onnx"})
+
+
+def is_op(node: Node | None, *op_types: str) -> bool:
+    """``node`` is a standard-domain node of one of ``op_types``."""
+    return node is not None and node.domain in STANDARD_DOMAINS and node.op_type in op_types
+
+
+def all_graphs(model: Model) -> list[Graph]:
+    """The main graph and every subgraph (If/Loop/Scan bodies), outer graphs first."""
+    out: list[Graph] = []
+    stack = [model.graph]
+    while stack:
+        g = stack.pop()
+        out.append(g)
+        for node in g:
+            stack.extend(node.subgraphs())
+    return out
+
+
+def is_private(value: Value, reader: Node) -> bool:
+    """``value`` is read by ``reader`` alone (once) and is not a graph output."""
+    uses = value._uses
+    return len(uses) == 1 and uses[0][0] is reader and not value.is_graph_output
+
+
+def small_constant(value: Value | None, max_size: int = 1 << 20) -> np.ndarray | None:
+    """The numbers of a constant with at most ``max_size`` elements, else ``None``."""
+    if value is None or value.const is None or value.const.size > max_size:
+        return None
+    if value.const.dtype == "string":
+        return None
+    return value.const.numpy()
+
+
+def scalar_constant(value: Value | None) -> float | int | bool | None:
+    """The value of a one-element constant (any all-ones shape), else ``None``."""
+    arr = small_constant(value, 1)
+    if arr is None or arr.size != 1:
+        return None
+    return arr.reshape(()).item()
+
+
+def float_scalar(value: Value | None) -> float | None:
+    """The value of a one-element floating-point constant, else ``None``."""
+    if value is None or value.const is None or value.const.dtype not in FLOAT_TYPES:
+        return None
+    v = scalar_constant(value)
+    return None if v is None else float(v)
+
+
+def scalar_operand(node: Node) -> tuple[int, float] | None:
+    """For a binary node: (index of the float scalar-constant operand, its value), else ``None``.
+
+    The second operand is preferred, so ``Mul(c1, c2)`` reads as "x=c1, scale=c2".
+    """
+    if len(node.inputs) != 2:
+        return None
+    for k in (1, 0):
+        v = float_scalar(node.inputs[k])
+        if v is not None and node.inputs[1 - k] is not None:
+            return k, v
+    return None
+
+
+def known_shape(shape: Shape) -> bool:
+    """Every dimension is an int or a symbol (none unknown)."""
+    return shape is not None and all(d is not None for d in shape)
+
+
+def static_shape(shape: Shape) -> bool:
+    """Every dimension is an int."""
+    return shape is not None and all(isinstance(d, int) for d in shape)
+
+
+def same_known_shape(a: Shape, b: Shape) -> bool:
+    """``a`` and ``b`` are fully known (ints or symbols) and equal dimension by dimension."""
+    return known_shape(a) and known_shape(b) and tuple(a) == tuple(b)
+
+
+def broadcast_shape(*shapes: Shape) -> Shape:
+    """Numpy-style broadcast of (possibly symbolic) shapes; unknown dims where it cannot tell."""
+    if any(s is None for s in shapes):
+        return None
+    rank = max((len(s) for s in shapes), default=0)
+    out = []
+    for i in range(rank):
+        dims = [s[len(s) - rank + i] for s in shapes if len(s) - rank + i >= 0]
+        others = {d for d in dims if d != 1}
+        ints = {d for d in others if isinstance(d, int)}
+        if not others:
+            out.append(1)
+        elif len(ints) == 1:
+            out.append(ints.pop())  # a symbol beside it must be 1 or equal to it
+        elif not ints and len(others) == 1 and None not in others:
+            out.append(others.pop())
+        else:
+            out.append(None)
+    return tuple(out)
+
+
+def int_attr(value: int) -> Attr:
+    return Attr(AttributeProto.INT, int(value))
+
+
+def ints_attr(values: Iterable[int]) -> Attr:
+    return Attr(AttributeProto.INTS, tuple(int(v) for v in values))
+
+
+def new_node(graph: Graph, op_type: str, inputs: Iterable[Value | None], *, before: Node,
+             created_by: str, attrs: dict[str, Attr] | None = None, dtype: str | None = None,
+             shape: Shape = None) -> Node:
+    """A standard-domain node placed before ``before``, annotated, its output typed."""
+    node = graph.make_node(op_type, inputs, attrs=attrs, before=before, created_by=created_by)
+    node.output.dtype = dtype
+    node.output.shape = shape
+    annotate(node)
+    return node
+
+
+def remove_chain(graph: Graph, nodes: Iterable[Node]) -> None:
+    """Remove nodes (given reader first) that a rewrite left without readers."""
+    for node in nodes:
+        if node.graph is graph and not any(o.num_uses or o.is_graph_output for o in node.outputs):
+            graph.remove(node)

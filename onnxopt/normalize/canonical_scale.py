@@ -1,0 +1,144 @@
+"""Scale factors in one place: after the MatMul, as one ``Mul`` by one constant.
+
+Why: attention's ``1/sqrt(d)`` is spelled in every possible place. GPT-2 and
+BERT divide the scores (``Div(MatMul(q, k), 8)``), PyTorch's SDPA export
+multiplies both ``q`` and ``k`` by ``d**-0.25`` before the MatMul, others scale
+only ``q``, or multiply twice. All are the same function up to rounding; this
+pass rewrites them into the single form the attention pattern expects:
+
+    Div(x, c)                            ->  Mul(x, 1/c)
+    Mul(Mul(x, c1), c2)                  ->  Mul(x, c1*c2)
+    MatMul(Mul(a, c1), Mul(b, c2))       ->  Mul(MatMul(a, b), c1*c2)   (either side alone too)
+
+Only floating-point scalar constants qualify (one element; for the MatMul
+case a shape of rank no higher than the operand's and the MatMul's output, so
+moving it cannot broadcast anything larger), and only when each inner
+``Mul`` is read by nothing else — otherwise the unscaled value would have to
+be computed as well, and nothing is gained. The folded constant keeps the
+operand's dtype; the arithmetic is done in float64 and rounded once.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from onnxopt.ir.dtypes import numpy_dtype
+from onnxopt.ir.edit import replace_value
+from onnxopt.ir.graph import Graph
+from onnxopt.ir.model import Model
+from onnxopt.ir.node import Node
+from onnxopt.ir.tensor import LazyTensor
+from onnxopt.ir.value import Value
+from onnxopt.normalize._common import (
+    all_graphs,
+    is_op,
+    is_private,
+    new_node,
+    remove_chain,
+    scalar_operand,
+)
+
+NAME = "canonical_scale"
+
+
+def canonical_scale(model: Model) -> int:
+    """Move float scalar scales onto one Mul after each MatMul; return the number of rewrites."""
+    count = 0
+    for graph in all_graphs(model):
+        for node in graph:
+            if is_op(node, "Div"):
+                count += _div(graph, node)
+            elif is_op(node, "Mul"):
+                count += _mul_mul(graph, node)
+            elif is_op(node, "MatMul"):
+                count += _matmul(graph, node)
+    return count
+
+
+def _constant(graph: Graph, value: float, dtype: str, shape: tuple[int, ...]) -> Value:
+    arr = np.full(shape, value, dtype=np.float64).astype(numpy_dtype(dtype))
+    return graph.add_constant(LazyTensor.from_array(arr), hint="scale")
+
+
+def _replace(graph: Graph, old: Node, new: Node, dead: list[Node]) -> int:
+    if not replace_value(graph, old.output, new.output):
+        graph.remove(new)
+        return 0
+    remove_chain(graph, [old, *dead])
+    return 1
+
+
+def _div(graph: Graph, node: Node) -> int:
+    """Div(x, c) -> Mul(x, 1/c)."""
+    x, c = node.inputs[0], node.inputs[1] if len(node.inputs) == 2 else None
+    op = scalar_operand(node)
+    if op is None or op[0] != 1 or op[1] == 0 or x is None or x.dtype != c.dtype:
+        return 0
+    inv = _constant(graph, 1.0 / op[1], c.dtype, tuple(c.const.shape))
+    mul = new_node(graph, "Mul", [x, inv], before=node, created_by=NAME,
+                   dtype=node.output.dtype, shape=node.output.shape)
+    return _replace(graph, node, mul, [])
+
+
+def _mul_mul(graph: Graph, node: Node) -> int:
+    """Mul(Mul(x, c1), c2) -> Mul(x, c1*c2)."""
+    outer = scalar_operand(node)
+    if outer is None:
+        return 0
+    k2, c2 = outer
+    inner = node.inputs[1 - k2].producer
+    if not is_op(inner, "Mul") or not is_private(node.inputs[1 - k2], node):
+        return 0
+    found = scalar_operand(inner)
+    if found is None:
+        return 0
+    k1, c1 = found
+    x = inner.inputs[1 - k1]
+    v1, v2 = inner.inputs[k1], node.inputs[k2]
+    if x.dtype is None or not (x.dtype == v1.dtype == v2.dtype):
+        return 0
+    shape = np.broadcast_shapes(tuple(v1.const.shape), tuple(v2.const.shape))
+    scale = _constant(graph, c1 * c2, x.dtype, shape)
+    mul = new_node(graph, "Mul", [x, scale], before=node, created_by=NAME,
+                   dtype=node.output.dtype, shape=node.output.shape)
+    return _replace(graph, node, mul, [inner])
+
+
+def _matmul(graph: Graph, node: Node) -> int:
+    """MatMul(Mul(a, c1), Mul(b, c2)) -> Mul(MatMul(a, b), c1*c2)."""
+    if len(node.inputs) != 2 or any(v is None for v in node.inputs):
+        return 0
+    out_rank = node.output.rank
+    operands = list(node.inputs)
+    scale, scale_rank, dead = 1.0, 0, []
+    for i, v in enumerate(node.inputs):
+        mul = v.producer
+        if not is_op(mul, "Mul") or not is_private(v, node):
+            continue
+        found = scalar_operand(mul)
+        if found is None:
+            continue
+        k, c = found
+        x, cv = mul.inputs[1 - k], mul.inputs[k]
+        rank = len(cv.const.shape)
+        if rank and (x.rank is None or out_rank is None or rank > min(x.rank, out_rank)):
+            continue  # the scale's shape could broadcast the MatMul's operand or result
+        if x.dtype is None or x.dtype != cv.dtype:
+            continue
+        operands[i] = x
+        scale *= c
+        scale_rank = max(scale_rank, rank)
+        dead.append(mul)
+    if not dead:
+        return 0
+    mm = new_node(graph, "MatMul", operands, before=node, created_by=NAME,
+                  attrs=dict(node.attrs), dtype=node.output.dtype, shape=node.output.shape)
+    mm.sem.update(node.sem)
+    const = _constant(graph, scale, operands[0].dtype, (1,) * scale_rank)
+    mul = new_node(graph, "Mul", [mm.output, const], before=node, created_by=NAME,
+                   dtype=node.output.dtype, shape=node.output.shape)
+    if not replace_value(graph, node.output, mul.output):
+        graph.remove([mul, mm])
+        return 0
+    remove_chain(graph, [node, *dead])
+    return 1

@@ -1,0 +1,201 @@
+"""No-op removal: nodes whose output equals one of their inputs (or an earlier value).
+
+Why: exporters wrap values in operations that compute nothing — TorchScript's
+``Identity`` on every parameter alias, ``Dropout`` left in an inference graph,
+``Cast`` to the type a value already has, ``Mul`` by 1 from a folded scale,
+``Reshape``/``Expand`` to the shape the value already has, ``Unsqueeze`` undone
+by ``Squeeze``. Each is a node a pattern would have to step over; removed, the
+graph says what it means.
+
+Each check below returns the value the node's output is equal to, or ``None``.
+"Equal" means equal in value, dtype and shape: a no-op that could broadcast
+(``x + 0`` with a constant of higher rank, a ``Reshape`` whose output shape is
+not known) is kept. Shapes are compared as recorded on Values, dimension by
+dimension, with symbols (``batch``) equal only to themselves and unknown
+dimensions never equal to anything.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from onnxopt.ir.dtypes import dtype_name
+from onnxopt.ir.edit import replace_value
+from onnxopt.ir.graph import Graph
+from onnxopt.ir.model import Model
+from onnxopt.ir.node import Node
+from onnxopt.ir.value import Value
+from onnxopt.normalize._common import (
+    STANDARD_DOMAINS,
+    all_graphs,
+    is_op,
+    remove_chain,
+    same_known_shape,
+    scalar_constant,
+    small_constant,
+)
+
+
+def remove_noops(model: Model) -> int:
+    """Forward the readers of every no-op's output to the value it equals; remove the node."""
+    count = 0
+    for graph in all_graphs(model):
+        for node in graph:
+            if node.domain not in STANDARD_DOMAINS:
+                continue
+            check = _CHECKS.get(node.op_type)
+            if check is None:
+                continue
+            same = check(node)
+            if same is not None and _forward(graph, node, same):
+                count += 1
+    return count
+
+
+def _forward(graph: Graph, node: Node, same: Value) -> bool:
+    out = node.outputs[0]
+    if any(o.num_uses or o.is_graph_output for o in node.outputs[1:]):
+        return False  # e.g. a Dropout mask somebody reads
+    upstream = node.inputs[0].producer if node.inputs and node.inputs[0] is not None else None
+    if not replace_value(graph, out, same):
+        return False
+    remove_chain(graph, [node] if upstream is None else [node, upstream])
+    return True
+
+
+def _identity(node: Node) -> Value | None:
+    return node.inputs[0] if node.inputs else None
+
+
+def _dropout(node: Node) -> Value | None:
+    training = node.input(2)
+    if training is not None and scalar_constant(training) is not False:
+        return None  # training mode (or unknown): Dropout is random
+    return node.inputs[0]
+
+
+def _cast(node: Node) -> Value | None:
+    x = node.inputs[0]
+    to = node.attr("to")
+    if x is None or x.dtype is None or to is None or dtype_name(to) != x.dtype:
+        return None
+    return x
+
+
+def _cast_like(node: Node) -> Value | None:
+    x, like = node.input(0), node.input(1)
+    if x is None or like is None or x.dtype is None or x.dtype != like.dtype:
+        return None
+    return x
+
+
+# op -> (identity element, positions the non-constant operand may take)
+_ARITH = {"Add": (0, (0, 1)), "Sub": (0, (0,)), "Mul": (1, (0, 1)), "Div": (1, (0,))}
+
+
+def _arith(node: Node) -> Value | None:
+    identity, positions = _ARITH[node.op_type]
+    if len(node.inputs) != 2:
+        return None
+    for xi in positions:
+        x, c = node.inputs[xi], node.inputs[1 - xi]
+        arr = small_constant(c, 1 << 16)
+        if x is None or arr is None or arr.dtype.kind not in "iuf" or not np.all(arr == identity):
+            continue
+        if same_known_shape(node.output.shape, x.shape):
+            return x
+        if arr.size == 1 and x.rank is not None and arr.ndim <= x.rank:
+            return x  # a one-element constant of no higher rank cannot broadcast x any larger
+    return None
+
+
+def _transpose(node: Node) -> Value | None:
+    perm = node.attr("perm", node.sem.get("perm"))
+    if perm is None or list(perm) != list(range(len(perm))):
+        return None
+    return node.inputs[0]
+
+
+def _same_shape(node: Node) -> Value | None:
+    x = node.inputs[0]
+    if x is None or not same_known_shape(node.output.shape, x.shape):
+        return None
+    if x.dtype is not None and node.output.dtype not in (None, x.dtype):
+        return None
+    return x
+
+
+def _axes(node: Node) -> list[int] | None:
+    axes = node.attr("axes")
+    if axes is None:
+        v = node.input(1)
+        arr = small_constant(v, 64)
+        if arr is None:
+            return None
+        axes = arr.reshape(-1).tolist()
+    return [int(a) for a in axes]
+
+
+def _normalized(axes: list[int] | None, rank: int | None) -> set[int] | None:
+    if axes is None:
+        return None
+    if any(a < 0 for a in axes):
+        if rank is None:
+            return None
+        axes = [a + rank for a in axes]
+    return set(axes) if len(set(axes)) == len(axes) else None
+
+
+def _squeeze(node: Node) -> Value | None:
+    """Squeeze(Unsqueeze(x, axes), axes) -> x."""
+    inner = node.inputs[0].producer if node.inputs[0] is not None else None
+    if not is_op(inner, "Unsqueeze") or inner.inputs[0] is None:
+        return None
+    x = inner.inputs[0]
+    u_axes = _axes(inner)
+    rank = None if x.rank is None or u_axes is None else x.rank + len(u_axes)
+    a, b = _normalized(u_axes, rank), _normalized(_axes(node), rank)
+    return x if a is not None and a == b else None
+
+
+def _unsqueeze(node: Node) -> Value | None:
+    """Unsqueeze(Squeeze(x, axes), axes) -> x (the squeezed dims were 1, or Squeeze failed)."""
+    inner = node.inputs[0].producer if node.inputs[0] is not None else None
+    if not is_op(inner, "Squeeze") or inner.inputs[0] is None:
+        return None
+    x = inner.inputs[0]
+    a, b = _normalized(_axes(inner), x.rank), _normalized(_axes(node), x.rank)
+    return x if a is not None and a == b else None
+
+
+def _where(node: Node) -> Value | None:
+    cond = small_constant(node.input(0), 1 << 20)
+    if cond is None or cond.dtype != np.bool_ or len(node.inputs) != 3:
+        return None
+    if cond.all():
+        chosen = node.inputs[1]
+    elif not cond.any():
+        chosen = node.inputs[2]
+    else:
+        return None
+    return chosen if same_known_shape(node.output.shape, chosen.shape) else None
+
+
+_CHECKS: dict[str, Callable[[Node], Value | None]] = {
+    "Identity": _identity,
+    "Dropout": _dropout,
+    "Cast": _cast,
+    "CastLike": _cast_like,
+    "Add": _arith,
+    "Sub": _arith,
+    "Mul": _arith,
+    "Div": _arith,
+    "Transpose": _transpose,
+    "Reshape": _same_shape,
+    "Expand": _same_shape,
+    "Squeeze": _squeeze,
+    "Unsqueeze": _unsqueeze,
+    "Where": _where,
+}

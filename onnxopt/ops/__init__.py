@@ -1,0 +1,1 @@
+"""Fused operators in domain ai.onnxopt: schema, decomposition, NumPy reference."""

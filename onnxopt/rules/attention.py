@@ -1,0 +1,185 @@
+"""softmax(Q·Kᵀ·scale + mask)·V  ->  ai.onnxopt.AttentionFused(Q, K, V, mask)
+
+After normalization every exporter's attention reads the same way: the scale
+is one Mul after the QKᵀ MatMul (canonical_scale), K's transpose is the
+MatMul's ``transpose_b`` flag (transpose_into_matmul), boolean masks are
+additive (where_to_additive). What is left to recognise here:
+
+- any number (0–2) of additive terms before the Softmax (mask, position bias);
+- SDPA's NaN guard ``Where(IsNaN(p), 0, p)`` after it;
+- grouped-query heads: K and V repeated by ``Unsqueeze(axis 2) → Expand|Tile →
+  Reshape``, absorbed so the fused op reads the un-repeated K/V.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from onnxopt.ir.dtypes import FLOAT_TYPES
+from onnxopt.legality.mask import MaskInfo, classify_mask
+from onnxopt.legality.predicates import last_axis, reduction_order, scalar_constant
+from onnxopt.match.pattern import Builder, Match
+from onnxopt.normalize import symdim as sd
+from onnxopt.rules.base import RewriteBuilder, Rule
+
+
+def _repeated(p: Builder, base: str):
+    """K or V, possibly repeated over heads for grouped-query attention."""
+    kv = p.var(base, rank=4)
+    unsq = p.Unsqueeze(kv, p.const(), name=f"{base}_unsqueeze")
+    rep = p.any(p.Expand(unsq, p.var(f"{base}_expand_shape"), name=f"{base}_expand"),
+                p.Tile(unsq, p.var(f"{base}_tile_repeats"), name=f"{base}_expand"))
+    return p.any(p.Reshape(rep, p.var(f"{base}_repeat_shape"), name=f"{base}_repeat"), kv)
+
+
+class Attention(Rule):
+    """softmax(Q·Kᵀ·scale + mask)·V  ->  ai.onnxopt.AttentionFused(Q, K, V, mask)"""
+
+    name = "attention"
+    root = "MatMul"
+    fused_op = "AttentionFused"
+
+    def begin(self, model) -> None:
+        self.model = model
+        self._masks: dict[int, MaskInfo] = {}
+
+    def pattern(self, p: Builder):
+        q = p.var("q", dtype=FLOAT_TYPES, rank=(3, 4))
+        qk = p.MatMul(q, _repeated(p, "k"), name="qk")
+        scaled = p.optional(p.Mul(qk, p.const("scale"), name="scale_mul"), qk)
+        biased = p.any(
+            p.Add(p.Add(scaled, p.var("mask")), p.var("bias"), name="mask_add2"),
+            p.Add(scaled, p.var("mask"), name="mask_add"),
+            scaled,
+        )
+        softmax = p.Softmax(biased, name="softmax")
+        probs = p.optional(p.Where(p.IsNaN(softmax), p.const("zero", value=0.0), softmax,
+                                   name="nan_guard"), softmax)
+        return p.MatMul(probs, _repeated(p, "v"), name="pv")
+
+    def legal(self, m: Match, target) -> str | None:
+        reason = last_axis(m.softmax, "softmax")
+        if reason:
+            return reason
+        if m.scale is not None and (reason := scalar_constant(m.scale, "attention scale")):
+            return reason
+        if m.qk.sem.get("transpose_a") or m.pv.sem.get("transpose_a") or m.pv.sem.get(
+                "transpose_b"):
+            return f"{m.qk.name}: Q or P is transposed inside the MatMul; not attention's form"
+        if not m.qk.sem.get("transpose_b"):
+            return f"{m.qk.name}: K is not transposed (Q·K with no Kᵀ): not a dot-product score"
+        for name in ("k", "v"):
+            if (reason := self._repeat_legal(m, name)):
+                return reason
+        return (self._shapes_legal(m) or self._mask_legal(m) or self._mask_kind(m)
+                or reduction_order(target, "attention (streaming softmax)"))
+
+    def _mask_kind(self, m: Match) -> str | None:
+        """Prove what the mask contains (causal, key padding); refuse a fake causal mask."""
+        m.extra["mask_info"] = MaskInfo()
+        if m.mask is None or m.bias is not None:
+            return None
+        info = self._masks.get(id(m.mask))
+        if info is None:
+            scores = m.qk.output.shape
+            info = classify_mask(self.model, m.mask, scores[0], scores[-1], scores[-2])
+            self._masks[id(m.mask)] = info
+        m.extra["mask_info"] = info
+        if info.looks_causal and info.reason:
+            return f"%{m.mask.name}: {info.reason}"
+        return None
+
+    def _repeat_legal(self, m: Match, base: str) -> str | None:
+        repeat = getattr(m, f"{base}_repeat")
+        if repeat is None:
+            return None
+        kv = getattr(m, base)
+        axes = getattr(m, f"{base}_unsqueeze")
+        axes_val = axes.inputs[1].const.numpy().reshape(-1).tolist() if len(axes.inputs) > 1 \
+            else list(axes.attr("axes", ()))
+        out = repeat.output.shape
+        expanded = getattr(m, f"{base}_expand").output.shape
+        if axes_val not in ([2], [-3]):
+            return f"{axes.name}: {base.upper()} is unsqueezed on axis {axes_val}, not 2: not a head repeat"
+        if expanded is None or out is None or kv.shape is None or len(expanded) != 5:
+            return f"{repeat.name}: cannot prove the repeat of {base.upper()} is over heads"
+        b, hkv, s, d = kv.shape
+        if not (sd.same(expanded[0], b) and sd.same(expanded[1], hkv) and sd.same(expanded[3], s)
+                and sd.same(expanded[4], d)):
+            return f"{repeat.name}: {base.upper()} is expanded to {list(expanded)}, not [B, Hkv, n, S, D]"
+        if not (sd.same(out[1], sd.mul(hkv, expanded[2])) and sd.same(out[0], b)
+                and sd.same(out[2], s) and sd.same(out[3], d)):
+            return f"{repeat.name}: {base.upper()} reshaped to {list(out)}, not [B, Hkv*n, S, D]"
+        return None
+
+    def _shapes_legal(self, m: Match) -> str | None:
+        q, k, v = m.q, m.k, m.v
+        if q.shape is None or k.shape is None or v.shape is None:
+            return f"%{q.name}: shapes of Q, K, V are not known"
+        if not (q.rank == k.rank == v.rank):
+            return f"%{q.name}: Q, K and V have ranks {q.rank}, {k.rank}, {v.rank}"
+        if q.shape[-1] is not None and k.shape[-1] is not None and not sd.same(q.shape[-1], k.shape[-1]):
+            return f"%{k.name}: head size {k.shape[-1]} of K differs from Q's {q.shape[-1]}"
+        if not sd.same(k.shape[-2], v.shape[-2]) and None not in (k.shape[-2], v.shape[-2]):
+            return f"%{v.name}: V has {v.shape[-2]} keys, K has {k.shape[-2]}"
+        if q.rank == 4:
+            h, hk, hv = q.shape[1], k.shape[1], v.shape[1]
+            if not isinstance(h, int) or not isinstance(hk, int):
+                return f"%{q.name}: the number of heads is not static ({h}, {hk})"
+            if not sd.same(hk, hv):
+                return f"%{v.name}: V has {hv} heads, K has {hk}"
+            if h % hk:
+                return f"%{k.name}: {h} query heads cannot share {hk} key/value heads"
+            if hk != h and m.k_repeat is None and not sd.same(q.shape[0], k.shape[0]):
+                return f"%{k.name}: K has {hk} heads, Q {h}, with no recognised head repeat"
+        return None
+
+    def _mask_legal(self, m: Match) -> str | None:
+        scores = m.qk.output.shape
+        for name in ("mask", "bias"):
+            mask = getattr(m, name)
+            if mask is None:
+                continue
+            if mask.dtype not in FLOAT_TYPES:
+                return f"%{mask.name}: the attention mask is {mask.dtype}, not an additive float mask"
+            if mask.shape is None or scores is None:
+                return f"%{mask.name}: the mask's shape is unknown"
+            if len(mask.shape) > len(scores):
+                return f"%{mask.name}: the mask has rank {len(mask.shape)} > the scores' {len(scores)}"
+            full = sd.broadcast_shapes(mask.shape, scores)
+            if full is None or any(not sd.same(a, b) and None not in (a, b)
+                                   for a, b in zip(full, scores)):
+                return f"%{mask.name}: a mask of shape {list(mask.shape)} would enlarge scores {list(scores)}"
+        return None
+
+    def rewrite(self, b: RewriteBuilder, m: Match):
+        mask = m.mask
+        if m.bias is not None:
+            mask = b.op("Add", m.mask, m.bias)
+            mask.shape = sd.broadcast_shapes(m.mask.shape, m.bias.shape)
+            mask.dtype = m.mask.dtype
+        q, k = m.q, m.k
+        heads = q.shape[1] if q.rank == 4 else 1
+        kv_heads = k.shape[1] if k.rank == 4 else 1
+        scale = float(m.scale.const.numpy().reshape(-1)[0]) if m.scale is not None else 1.0
+        info = m.mask_info or MaskInfo()
+        kind = "none" if mask is None else info.kind
+        out = b.fused("AttentionFused", q, k, m.v, mask, info.padding_input,
+                      num_heads=heads, kv_num_heads=kv_heads,
+                      scale=scale, causal=int(info.causal), mask_kind=kind,
+                      layout="BNSH", nan_to_zero=int(m.nan_guard is not None),
+                      head_size=q.shape[-1] if isinstance(q.shape[-1], int) else 0)
+        return out
+
+    def describe(self, m: Match) -> str:
+        q, k = m.q, m.k
+        heads = q.shape[1] if q.rank == 4 else 1
+        kv = k.shape[1] if k.rank == 4 else 1
+        parts = [f"heads {heads}" + (f", kv heads {kv}" if kv != heads else "")]
+        if m.scale is not None:
+            parts.append(f"scale {float(np.asarray(m.scale.const.numpy()).reshape(-1)[0]):.4g}")
+        info = m.mask_info or MaskInfo()
+        parts.append(f"mask {info.kind}" if m.mask is not None else "no mask")
+        if m.bias is not None:
+            parts.append("+ bias")
+        return ", ".join(parts)

@@ -1,0 +1,27 @@
+"""The project's own CUDA kernels (``kernels/*.cu``): compile cache, loading and launch wrappers.
+
+Launch wrappers take device pointers (ints), shapes and a stream handle (int), so they work with
+memory from ONNX Runtime, PyTorch, CuPy or PyCUDA alike. Importing this package needs neither a
+GPU nor PyCUDA; the driver library is opened on the first launch. ``reference`` holds the NumPy
+definitions of every kernel's semantics.
+"""
+
+from .activations import bias_gelu, swiglu, swiglu_fused
+from .attention import flash_attention
+from .driver import CudaError, CudaUnavailable, available
+from .loader import KernelUnsupported, preload
+from .norms import layer_norm, rms_norm
+
+__all__ = [
+    "CudaError",
+    "CudaUnavailable",
+    "KernelUnsupported",
+    "available",
+    "bias_gelu",
+    "flash_attention",
+    "layer_norm",
+    "preload",
+    "rms_norm",
+    "swiglu",
+    "swiglu_fused",
+]

@@ -1,0 +1,141 @@
+"""Launch wrappers for ``kernels/layer_norm.cu`` (semantics: ``reference.layer_norm`` /
+``reference.rms_norm``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from . import driver, loader, metadata
+from ._args import aligned, canonical_dtype, cdiv, check_positive, f32, i32, ptr
+
+FAMILY = "layer_norm"
+
+
+def select_variant(dtype: str, hidden: int, *ptrs: int) -> tuple[dict[str, Any], int]:
+    """(variant, threads per block): the widest vector width that ``hidden`` and the pointers'
+    alignment allow, and a block of about two vectors per thread. Pure; unit-tested."""
+    dtype = canonical_dtype(dtype)
+    options = sorted(
+        (v for v in metadata.variants(FAMILY) if v["dtype"] == dtype), key=lambda v: -v["VEC"]
+    )
+    for v in options:
+        if hidden % v["VEC"] == 0 and (v["VEC"] == 1 or aligned(16, *ptrs)):
+            nvec = hidden // v["VEC"]
+            threads = min(1024, max(32, cdiv(cdiv(nvec, 2), 32) * 32))
+            if cdiv(nvec, threads) <= v["MAXIT"]:
+                return v, threads
+    formula = metadata.load(FAMILY)["max_hidden"]
+    limits = ", ".join(f"{metadata.evaluate(formula, v)} with VEC={v['VEC']}" for v in options)
+    raise ValueError(
+        f"hidden size {hidden} is above the supported maximum for {dtype} ({limits}; VEC > 1 "
+        "needs hidden % VEC == 0 and 16-byte aligned pointers)"
+    )
+
+
+def _launch(
+    x_ptr,
+    residual_ptr,
+    gamma_ptr,
+    beta_ptr,
+    y_ptr,
+    sum_out_ptr,
+    rows,
+    hidden,
+    eps,
+    rms,
+    dtype,
+    stream,
+) -> None:
+    check_positive(hidden=hidden)
+    if rows < 0:
+        raise ValueError(f"rows must be >= 0, got {rows}")
+    if not x_ptr or not y_ptr:
+        raise ValueError("x and y must be non-null device pointers")
+    if sum_out_ptr and not residual_ptr:
+        raise ValueError("sum_out needs a residual: without one the sum is x itself")
+    if rows == 0:
+        return
+    if rows >= 2**31:
+        raise ValueError(f"rows={rows} exceeds the grid limit")
+    v, threads = select_variant(
+        dtype, hidden, x_ptr, residual_ptr, gamma_ptr, beta_ptr, y_ptr, sum_out_ptr
+    )
+    kernel = loader.get(FAMILY, v["entry"])
+    args = (
+        ptr(x_ptr),
+        ptr(residual_ptr),
+        ptr(gamma_ptr),
+        ptr(beta_ptr),
+        ptr(y_ptr),
+        ptr(sum_out_ptr),
+        i32(hidden),
+        f32(eps),
+        i32(1 if rms else 0),
+    )
+    driver.launch(kernel.function, (rows, 1, 1), (threads, 1, 1), args, kernel.smem, stream)
+
+
+def layer_norm(
+    x_ptr: int,
+    gamma_ptr: int,
+    beta_ptr: int,
+    y_ptr: int,
+    rows: int,
+    hidden: int,
+    eps: float = 1e-5,
+    dtype: str = "float16",
+    stream: int = 0,
+    *,
+    residual_ptr: int = 0,
+    sum_out_ptr: int = 0,
+) -> None:
+    """y = LayerNorm(x + residual) * gamma + beta over the last dim of [rows, hidden] tensors.
+
+    gamma/beta [hidden] may be 0 (1 / 0). With ``residual_ptr`` the sum is formed (rounded to
+    dtype) and, if ``sum_out_ptr`` is given, written there too. Enqueued on ``stream``.
+    """
+    _launch(
+        x_ptr,
+        residual_ptr,
+        gamma_ptr,
+        beta_ptr,
+        y_ptr,
+        sum_out_ptr,
+        rows,
+        hidden,
+        eps,
+        False,
+        dtype,
+        stream,
+    )
+
+
+def rms_norm(
+    x_ptr: int,
+    gamma_ptr: int,
+    y_ptr: int,
+    rows: int,
+    hidden: int,
+    eps: float = 1e-6,
+    dtype: str = "float16",
+    stream: int = 0,
+    *,
+    residual_ptr: int = 0,
+    sum_out_ptr: int = 0,
+    beta_ptr: int = 0,
+) -> None:
+    """y = (x + residual) / sqrt(mean((x + residual)^2) + eps) * gamma (+ beta), per row."""
+    _launch(
+        x_ptr,
+        residual_ptr,
+        gamma_ptr,
+        beta_ptr,
+        y_ptr,
+        sum_out_ptr,
+        rows,
+        hidden,
+        eps,
+        True,
+        dtype,
+        stream,
+    )

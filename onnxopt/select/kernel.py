@@ -1,0 +1,81 @@
+"""A kernel record: what one implementation of a fused op can do, and how to emit it.
+
+Selection compares a fused node's requirements with these capabilities; the
+first capability a kernel lacks is its rejection reason, as a sentence.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from onnxopt.ir.node import Node
+from onnxopt.legality.target import Target
+
+ALL_FLOATS = frozenset({"float32", "float16", "bfloat16", "float64"})
+BOTH_PROVIDERS = frozenset({"CPUExecutionProvider", "CUDAExecutionProvider"})
+
+
+@dataclass(frozen=True)
+class Kernel:
+    name: str
+    implements: str
+    backend: str  # "ort" | "pycuda" | "decompose"
+    emit: Callable[[Any, Node, Target], list]
+    dtypes: frozenset[str] = ALL_FLOATS
+    providers: frozenset[str] = BOTH_PROVIDERS
+    min_opset: int = 0
+    min_ort: tuple[int, int] = (0, 0)
+    min_compute_capability: tuple[int, int] = (0, 0)
+    head_dims: frozenset[int] | None = None
+    mask_kinds: frozenset[str] | None = None
+    causal: bool = True
+    grouped_query: bool = True
+    deterministic: bool = True
+    cost: float = 1.0
+    requires: Callable[[Node, Target], str | None] | None = field(default=None, compare=False)
+    notes: str = ""
+
+    def rejects(self, node: Node, target: Target) -> str | None:
+        """The first capability this kernel lacks for ``node`` on ``target``, or None."""
+        if target.provider not in self.providers:
+            return f"runs only on {', '.join(sorted(p.removesuffix('ExecutionProvider') for p in self.providers))}"
+        dtype = node.inputs[0].dtype if node.inputs and node.inputs[0] is not None else None
+        if dtype not in self.dtypes:
+            return f"does not support dtype {dtype}"
+        if target.opset < self.min_opset:
+            return f"needs opset {self.min_opset}, target opset is {target.opset}"
+        if target.ort_version < self.min_ort:
+            return (f"needs ONNX Runtime {self.min_ort[0]}.{self.min_ort[1]}, target is "
+                    f"{target.ort_version[0]}.{target.ort_version[1]}")
+        if self.min_compute_capability > (0, 0) and target.compute_capability < self.min_compute_capability:
+            cc = self.min_compute_capability
+            return f"needs compute capability {cc[0]}.{cc[1]}"
+        if self.head_dims is not None:
+            hd = node.attr("head_size", 0)
+            if hd not in self.head_dims:
+                return f"head size {hd} not in {sorted(self.head_dims)}"
+        if self.mask_kinds is not None and node.attr("mask_kind", "none") not in self.mask_kinds:
+            return f"does not support mask kind '{node.attr('mask_kind')}'"
+        if not self.causal and node.attr("causal", 0):
+            return "does not support causal masking"
+        if not self.grouped_query and node.attr("kv_num_heads", 0) not in (0, node.attr("num_heads", 0)):
+            return "does not support grouped-query attention"
+        if not self.deterministic and target.determinism == "strict":
+            return "is not deterministic and determinism is strict"
+        if self.requires is not None:
+            return self.requires(node, target)
+        return None
+
+    def to_json(self) -> dict:
+        return {
+            "name": self.name, "implements": self.implements, "backend": self.backend,
+            "dtypes": sorted(self.dtypes), "providers": sorted(self.providers),
+            "min_opset": self.min_opset, "min_ort": ".".join(map(str, self.min_ort)),
+            "min_compute_capability": ".".join(map(str, self.min_compute_capability)),
+            "head_dims": sorted(self.head_dims) if self.head_dims else None,
+            "mask_kinds": sorted(self.mask_kinds) if self.mask_kinds else None,
+            "causal": self.causal, "grouped_query": self.grouped_query,
+            "deterministic": self.deterministic, "cost": self.cost, "notes": self.notes,
+        }

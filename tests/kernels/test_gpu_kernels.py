@@ -1,0 +1,278 @@
+"""Every kernel against the float64 NumPy reference on a GPU: ragged shapes (lengths that are not
+multiples of the tile), padding, GQA, causal with Sq != Skv, fully masked rows, misaligned
+pointers (scalar fallbacks). Outputs are poisoned with NaN before each launch and followed by a
+poisoned guard that must survive (no out-of-bounds writes)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from onnxopt.runtime import cuda as k
+from onnxopt.runtime.cuda import driver, metadata
+from onnxopt.runtime.cuda import reference as ref
+
+pytestmark = pytest.mark.gpu
+
+ESIZE = metadata.ELEM_BYTES
+# Attention: max |err| (absolute; outputs are averages of N(0,1) values) and relative
+# Frobenius error. fp16/bf16 bounds cover P rounded to the dtype for the PV product plus the
+# output rounding; fp32 covers the SFU exp2.
+ATT_TOL = {"float32": (2e-4, 2e-5), "float16": (6e-3, 2e-3), "bfloat16": (4e-2, 1.5e-2)}
+# Elementwise / norm outputs: relative to max(1, max |ref|).
+EW_TOL = {"float32": 2e-5, "float16": 2e-3, "bfloat16": 1.6e-2}
+
+
+def rel_error(got: np.ndarray, want: np.ndarray) -> tuple[float, float]:
+    diff = got - want
+    max_abs = float(np.abs(diff).max()) if diff.size else 0.0
+    fro = float(np.linalg.norm(diff) / max(np.linalg.norm(want), 1e-30))
+    return max_abs, fro
+
+
+def run_attention(
+    dev,
+    dtype,
+    b,
+    h,
+    hkv,
+    sq,
+    skv,
+    d,
+    causal,
+    lens,
+    *,
+    tile=None,
+    scale=None,
+    q_scale=1.0,
+    seed=0,
+    stream=0,
+):
+    rng = np.random.default_rng(seed)
+    q = dev.to_host(rng.standard_normal((b, h, sq, d)) * q_scale, dtype)
+    kk = dev.to_host(rng.standard_normal((b, hkv, skv, d)), dtype)
+    v = dev.to_host(rng.standard_normal((b, hkv, skv, d)), dtype)
+    lens_arr = None if lens is None else np.array(lens, dtype=np.int32)
+    out_bytes = b * h * sq * d * ESIZE[dtype]
+    q_p, k_p, v_p = dev.upload(q), dev.upload(kk), dev.upload(v)
+    o_p = dev.poisoned(out_bytes)
+    lens_p = 0 if lens_arr is None else dev.upload(lens_arr)
+    k.flash_attention(
+        q_p, k_p, v_p, o_p, lens_p, b, h, hkv, sq, skv, d, scale, causal, dtype, stream, tile=tile
+    )
+    driver.stream_synchronize(stream)
+    assert dev.guard_intact(o_p, out_bytes), "write past the end of O"
+    got = dev.from_host(dev.download(o_p, (b, h, sq, d), q.dtype), dtype)
+    want = ref.attention(
+        dev.from_host(q, dtype),
+        dev.from_host(kk, dtype),
+        dev.from_host(v, dtype),
+        scale=scale,
+        causal=causal,
+        kv_lens=lens_arr,
+    )
+    return got, want
+
+
+ATT_SHAPES = [
+    # B, H, Hkv, Sq, Skv, causal, kv_lens
+    (1, 2, 2, 128, 128, False, None),
+    (2, 4, 2, 100, 100, True, None),  # ragged, GQA
+    (1, 2, 1, 37, 300, True, None),  # Sq < Skv (bottom-right), MQA
+    (1, 2, 2, 300, 37, True, None),  # Sq > Skv: leading rows fully masked -> 0
+    (3, 2, 2, 129, 200, False, [200, 65, 0]),  # padding, one batch with no key at all
+    (2, 8, 2, 257, 257, True, [257, 100]),  # causal + padding + GQA
+    (1, 1, 1, 1, 513, True, None),  # one decode step
+    (1, 2, 2, 1000, 1000, True, None),
+    (1, 2, 2, 64, 65, False, None),  # one key in the last tile
+]
+
+ATT_VARIANTS = [
+    pytest.param(v["dtype"], v["head_dim"], (v["BM"], v["BN"]), id=v["entry"])
+    for v in metadata.variants("flash_attention")
+]
+
+
+@pytest.mark.parametrize(("dtype", "d", "tile"), ATT_VARIANTS)
+@pytest.mark.parametrize(
+    "shape",
+    ATT_SHAPES,
+    ids=lambda s: "x".join(map(str, s[:5])) + f"-c{int(s[5])}-p{int(s[6] is not None)}",
+)
+def test_flash_attention_matches_reference(dev, dtype, d, tile, shape):
+    b, h, hkv, sq, skv, causal, lens = shape
+    got, want = run_attention(dev, dtype, b, h, hkv, sq, skv, d, causal, lens, tile=tile)
+    assert not np.isnan(got).any(), f"{np.isnan(got).sum()} outputs never written or NaN"
+    max_abs, fro = rel_error(got, want)
+    tol_abs, tol_fro = ATT_TOL[dtype]
+    assert max_abs <= tol_abs and fro <= tol_fro, (max_abs, fro)
+    zero_rows = np.all(want == 0, axis=-1)
+    assert np.all(got[zero_rows] == 0), "fully masked rows must be exactly 0"
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32"])
+def test_flash_attention_large_scores_and_custom_scale(dev, dtype):
+    # Peaked softmax (scores in the hundreds): the online max must rescale correctly.
+    got, want = run_attention(
+        dev, dtype, 1, 2, 2, 200, 333, 64, True, None, scale=0.5, q_scale=4.0, seed=3
+    )
+    max_abs, fro = rel_error(got, want)
+    tol_abs, tol_fro = ATT_TOL[dtype]
+    assert max_abs <= 2 * tol_abs and fro <= 2 * tol_fro, (max_abs, fro)
+
+
+def test_flash_attention_is_deterministic_and_runs_on_a_stream(dev):
+    stream = driver.stream_create()
+    try:
+        a, _ = run_attention(
+            dev, "bfloat16", 2, 4, 2, 300, 300, 128, True, [300, 111], stream=stream
+        )
+        b, _ = run_attention(
+            dev, "bfloat16", 2, 4, 2, 300, 300, 128, True, [300, 111], stream=stream
+        )
+    finally:
+        driver.stream_destroy(stream)
+    np.testing.assert_array_equal(a, b)
+
+
+def test_flash_attention_rejects_bad_arguments(dev):
+    p = dev.poisoned(1 << 16)
+    with pytest.raises(ValueError, match="multiple"):
+        k.flash_attention(p, p, p, p, 0, 1, 3, 2, 8, 8, 64, None, False, "float16", 0)
+    with pytest.raises(ValueError, match="aligned"):
+        k.flash_attention(p + 2, p, p, p, 0, 1, 2, 2, 8, 8, 64, None, False, "float16", 0)
+    with pytest.raises(ValueError, match="head dim"):
+        k.flash_attention(p, p, p, p, 0, 1, 2, 2, 8, 8, 80, None, False, "float16", 0)
+
+
+# --- LayerNorm / RMSNorm -----------------------------------------------------------------------
+
+
+NORM_HIDDEN = [768, 1000, 1001, 4096, 5120, 8192]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+@pytest.mark.parametrize("hidden", NORM_HIDDEN)
+@pytest.mark.parametrize("rms", [False, True], ids=["layernorm", "rmsnorm"])
+@pytest.mark.parametrize("residual", [False, True], ids=["plain", "residual"])
+def test_norms_match_reference(dev, dtype, hidden, rms, residual):
+    rows = 7
+    rng = np.random.default_rng(hidden)
+    x = dev.to_host(rng.standard_normal((rows, hidden)) * 2 + 3, dtype)
+    r = dev.to_host(rng.standard_normal((rows, hidden)), dtype) if residual else None
+    g = dev.to_host(rng.standard_normal(hidden), dtype)
+    bt = dev.to_host(rng.standard_normal(hidden) * 0.1, dtype)
+    nbytes = rows * hidden * ESIZE[dtype]
+    x_p, g_p, b_p = dev.upload(x), dev.upload(g), dev.upload(bt)
+    r_p = dev.upload(r) if residual else 0
+    y_p = dev.poisoned(nbytes)
+    s_p = dev.poisoned(nbytes) if residual else 0
+    if rms:
+        k.rms_norm(
+            x_p,
+            g_p,
+            y_p,
+            rows,
+            hidden,
+            1e-6,
+            dtype,
+            0,
+            residual_ptr=r_p,
+            sum_out_ptr=s_p,
+            beta_ptr=b_p,
+        )
+    else:
+        k.layer_norm(
+            x_p, g_p, b_p, y_p, rows, hidden, 1e-5, dtype, 0, residual_ptr=r_p, sum_out_ptr=s_p
+        )
+    driver.synchronize()
+    assert dev.guard_intact(y_p, nbytes)
+    # The kernel normalises the sum rounded to dtype; so does this reference.
+    v = (
+        dev.from_host(x, dtype)
+        if r is None
+        else ref.round_to(dev.from_host(x, dtype) + dev.from_host(r, dtype), dtype)
+    )
+    fn = ref.rms_norm if rms else ref.layer_norm
+    want, _ = fn(v, dev.from_host(g, dtype), dev.from_host(bt, dtype), eps=1e-6 if rms else 1e-5)
+    got = dev.from_host(dev.download(y_p, (rows, hidden), x.dtype), dtype)
+    assert not np.isnan(got).any()
+    err = np.abs(got - want).max() / max(1.0, np.abs(want).max())
+    assert err <= EW_TOL[dtype], err
+    if residual:
+        assert dev.guard_intact(s_p, nbytes)
+        got_sum = dev.from_host(dev.download(s_p, (rows, hidden), x.dtype), dtype)
+        np.testing.assert_array_equal(got_sum, v)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_norm_misaligned_pointers_use_the_scalar_path(dev, dtype):
+    rows, hidden = 5, 4096
+    rng = np.random.default_rng(9)
+    x = dev.to_host(rng.standard_normal((rows, hidden)), dtype)
+    x_p = dev.upload(x, offset=2)
+    y_p = dev.poisoned(rows * hidden * 2, offset=2)
+    k.layer_norm(x_p, 0, 0, y_p, rows, hidden, 1e-5, dtype, 0)
+    driver.synchronize()
+    want, _ = ref.layer_norm(dev.from_host(x, dtype))
+    got = dev.from_host(dev.download(y_p, (rows, hidden), x.dtype), dtype)
+    assert np.abs(got - want).max() <= EW_TOL[dtype] * max(1.0, np.abs(want).max())
+    assert dev.guard_intact(y_p, rows * hidden * 2)
+
+
+# --- activations ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+@pytest.mark.parametrize("cols", [1024, 4100, 1001])
+@pytest.mark.parametrize("approximate", ["none", "tanh"])
+@pytest.mark.parametrize("with_bias", [True, False], ids=["bias", "nobias"])
+def test_bias_gelu_matches_reference(dev, dtype, cols, approximate, with_bias):
+    rows = 33
+    rng = np.random.default_rng(cols)
+    x = dev.to_host(rng.standard_normal((rows, cols)) * 3, dtype)
+    bias = dev.to_host(rng.standard_normal(cols), dtype) if with_bias else None
+    nbytes = rows * cols * ESIZE[dtype]
+    x_p = dev.upload(x)
+    b_p = dev.upload(bias) if with_bias else 0
+    y_p = dev.poisoned(nbytes)
+    k.bias_gelu(x_p, b_p, y_p, rows, cols, approximate, dtype, 0)
+    driver.synchronize()
+    assert dev.guard_intact(y_p, nbytes)
+    want = ref.bias_gelu(
+        dev.from_host(x, dtype),
+        None if bias is None else dev.from_host(bias, dtype),
+        approximate=approximate,
+    )
+    got = dev.from_host(dev.download(y_p, (rows, cols), x.dtype), dtype)
+    err = np.abs(got - want).max() / max(1.0, np.abs(want).max())
+    assert err <= EW_TOL[dtype], err
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+@pytest.mark.parametrize("cols", [2048, 1000, 999])
+@pytest.mark.parametrize("fused", [False, True], ids=["two_tensors", "split_halves"])
+def test_swiglu_matches_reference(dev, dtype, cols, fused):
+    rows = 17
+    rng = np.random.default_rng(cols + fused)
+    nbytes = rows * cols * ESIZE[dtype]
+    y_p = dev.poisoned(nbytes)
+    if fused:
+        x = dev.to_host(rng.standard_normal((rows, 2 * cols)) * 3, dtype)
+        k.swiglu_fused(dev.upload(x), y_p, rows, cols, dtype, 0)
+        want = ref.swiglu_fused(dev.from_host(x, dtype))
+    else:
+        g = dev.to_host(rng.standard_normal((rows, cols)) * 3, dtype)
+        u = dev.to_host(rng.standard_normal((rows, cols)), dtype)
+        k.swiglu(dev.upload(g), dev.upload(u), y_p, rows, cols, dtype, 0)
+        want = ref.swiglu(dev.from_host(g, dtype), dev.from_host(u, dtype))
+    driver.synchronize()
+    assert dev.guard_intact(y_p, nbytes)
+    got = dev.from_host(dev.download(y_p, (rows, cols), dev.HOST_DTYPE[dtype]), dtype)
+    err = np.abs(got - want).max() / max(1.0, np.abs(want).max())
+    assert err <= EW_TOL[dtype], err
+
+
+def test_preload_loads_every_variant():
+    n = k.preload()
+    assert n == sum(len(metadata.variants(f)) for f in metadata.FAMILIES)

@@ -1,0 +1,97 @@
+"""``verify``: per-output max abs/rel errors, tolerances by dtype, and the inputs it makes."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import numpy_helper
+
+import onnxopt
+from onnxopt.errors import ModelError
+from onnxopt.verification import make_inputs
+from onnxopt.verification.compare import OutputDiff, _accumulate
+from onnxopt.verification.inputs import padding_mask, size_sets
+
+ADD_W = """
+agraph (float[batch, seq] x) => (float[batch, seq] y) <float[1] w = {1.0}> {
+  y = Add (x, w)
+}
+"""
+
+
+def _with_weight(make_model, value: float) -> onnx.ModelProto:
+    proto = make_model(ADD_W)
+    proto.graph.initializer[0].CopyFrom(
+        numpy_helper.from_array(np.array([value], dtype=np.float32), "w"))
+    return proto
+
+
+def test_identical_models_are_bitwise_equal(make_model):
+    report = onnxopt.verify(make_model(ADD_W), make_model(ADD_W), runs=3)
+    assert report.ok and report.bitwise
+    (out,) = report.outputs
+    assert (out.name, out.dtype, out.max_abs, out.max_rel, out.tolerance) == (
+        "y", "float32", 0.0, 0.0, 1e-4)
+    assert [r["x"] for r in report.runs] == [(1, 7), (2, 16), (1, 29)]
+
+
+def test_changed_weight_gives_max_abs_and_rel(make_model):
+    report = onnxopt.verify(_with_weight(make_model, 1.0), _with_weight(make_model, 1.5))
+    (out,) = report.outputs
+    assert not report.ok and not out.bitwise
+    assert out.max_abs == pytest.approx(0.5, rel=1e-6)
+    # per run: the error relative to the original's largest |output|; then the worst run
+    feeds = [make_inputs(make_model(ADD_W), s, seed=k) for k, s in enumerate(size_sets(2))]
+    rel = max(0.5 / float(np.abs(f["x"] + np.float32(1.0)).max()) for f in feeds)
+    assert out.max_rel == pytest.approx(rel, rel=1e-5)
+    data = report.to_json()
+    assert data["ok"] is False and data["outputs"][0]["max_abs"] == out.max_abs
+
+
+def test_difference_under_tolerance_is_ok_but_not_bitwise(make_model):
+    report = onnxopt.verify(_with_weight(make_model, 1.0), _with_weight(make_model, 1.0 + 1e-6))
+    assert report.ok and not report.bitwise
+    report = onnxopt.verify(_with_weight(make_model, 1.0), _with_weight(make_model, 1.0 + 1e-6),
+                            rtol=1e-9)
+    assert not report.ok
+
+
+@pytest.mark.parametrize("a, b, abs_, rel, ok", [
+    (np.array([1, 2, 3]), np.array([1, 2, 4]), 1.0, float("inf"), False),
+    (np.array([1.0, np.nan], np.float32), np.array([1.0, np.nan], np.float32), 0.0, 0.0, True),
+    (np.array([1.0, np.nan], np.float32), np.array([1.0, 2.0], np.float32), float("inf"),
+     float("inf"), False),
+    (np.zeros((2, 3), np.float32), np.zeros((3, 2), np.float32), float("inf"), float("inf"),
+     False),
+    (np.array([True, False]), np.array([True, False]), 0.0, 0.0, True),
+])
+def test_accumulate(a, b, abs_, rel, ok):
+    diff = OutputDiff("o", str(a.dtype), tolerance=1e-4 if a.dtype.kind == "f" else 0.0)
+    _accumulate(diff, a, b)
+    assert (diff.max_abs, diff.max_rel, diff.ok) == (abs_, rel, ok)
+
+
+def test_different_outputs_are_refused(make_model):
+    other = make_model(ADD_W.replace("y", "z"))
+    with pytest.raises(ModelError, match=r"the models have different outputs: \['y'\] vs \['z'\]"):
+        onnxopt.verify(make_model(ADD_W), other)
+
+
+def test_inputs_respect_symbols_masks_and_tables(models_dir):
+    proto = onnx.load(str(models_dir / "gpt2.ts.onnx"), load_external_data=False)
+    feeds = make_inputs(proto, {"batch": 2, "other": 7}, seed=0)
+    assert feeds["input_ids"].shape == feeds["attention_mask"].shape == (2, 7)
+    assert feeds["input_ids"].dtype == np.int64
+    assert feeds["input_ids"].min() >= 0 and feeds["input_ids"].max() < 1000  # vocab size
+    mask = feeds["attention_mask"]
+    assert (mask[:, 0] == 1).all() and (mask[:, -1] == 0).all()  # right padding in every row
+    again = make_inputs(proto, {"batch": 2, "other": 7}, seed=0)
+    assert all(np.array_equal(feeds[k], again[k]) for k in feeds)
+
+
+def test_padding_mask_rows():
+    mask = padding_mask((3, 9))
+    assert mask.tolist()[0] == [1] * 7 + [0] * 2
+    assert all(row[0] == 1 and row[-1] == 0 for row in mask.tolist())
+    assert padding_mask((4, 2)).all()
