@@ -7,7 +7,7 @@
 Part 1 builds GPT-2-like graphs (TorchScript spelling: LayerNorm decomposed into
 ReduceMean/Sub/Pow/Sqrt/Div, attention with Shape/Gather/Concat/Reshape/Transpose,
 tanh-GELU MLP) with 12, 48 and 192 layers and times import, export and the write
-(median of ``--repeat`` runs); seconds per 1000 nodes should stay flat.
+(median of ``--repeat`` runs, 5 by default); seconds per 1000 nodes should stay flat.
 Part 2 times a full ``onnxopt.api.optimize`` round trip of a ~1,000-node model.
 Part 3 writes a model with 16 external weights of 64 MiB (1 GiB, written in 4 MiB
 chunks) and round-trips it through ``onnxopt.api.optimize(path, output=...)`` in a
@@ -21,6 +21,7 @@ Temporary files go to benchmarks/_work/ (gitignored) and are removed at the end.
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import platform
 import shutil
@@ -149,6 +150,7 @@ def gpt2_like(layers: int) -> onnx.ModelProto:
 def _median_time(fn, repeat: int) -> float:
     times = []
     for _ in range(repeat):
+        gc.collect()  # the previous run's garbage is not this run's cost
         start = time.perf_counter()
         fn()
         times.append(time.perf_counter() - start)
@@ -301,7 +303,7 @@ def _same_bytes(a: Path, b: Path, chunk: int = 1 << 24) -> bool:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--layers", type=int, nargs="+", default=[12, 48, 192])
-    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--big-gib", type=float, default=1.0,
                         help="GiB of external weights for the memory check (0 to skip)")
     parser.add_argument("--keep", action="store_true", help="keep benchmarks/_work/")

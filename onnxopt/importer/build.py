@@ -10,7 +10,10 @@ produced twice — are reported as one-line :class:`ModelError`.
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import os
+
 import onnx
 from onnx import AttributeProto, GraphProto, ModelProto, TensorProto
 
@@ -33,7 +36,27 @@ def import_model(source: str | ModelProto, *, infer_shapes: bool = True) -> Mode
     else:
         path = os.fspath(source)
         proto, label, base_dir = read_model_proto(path), path, os.path.dirname(os.path.abspath(path))
-    return _Importer(label, base_dir).run(proto, infer_shapes)
+    with _gc_paused():
+        return _Importer(label, base_dir).run(proto, infer_shapes)
+
+
+@contextlib.contextmanager
+def _gc_paused():
+    """Pause the cyclic garbage collector while the IR is built.
+
+    Import allocates a few objects per node that all survive (Nodes and Values
+    refer to each other), and each collection pass walks everything allocated
+    so far: with the collector on, import cost grew faster than the graph
+    (17 µs/node at 3,000 nodes, 27 µs/node at 48,000); with it paused it stays
+    flat. Nothing collectable is made during import, so nothing is lost.
+    """
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 class _Scope:

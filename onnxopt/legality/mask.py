@@ -65,8 +65,8 @@ def classify_mask(model: Model, mask: Value, batch_dim, key_dim, query_dim) -> M
                                     providers=["CPUExecutionProvider"])
     except Exception as e:  # noqa: BLE001
         return MaskInfo(looks_causal=looks_causal, reason=f"the mask cannot be evaluated ({e})")
-    padding = candidates[0] if len(candidates) == 1 else None
-    causal_votes, pad_votes = [], []
+    causal_votes: list = []
+    pad_votes = {id(c): [] for c in candidates}
     rng = np.random.default_rng(0)
     for batch, seq in PROBE_SIZES:
         symbols = _symbols(inputs, batch, seq)
@@ -79,24 +79,32 @@ def classify_mask(model: Model, mask: Value, batch_dim, key_dim, query_dim) -> M
             return MaskInfo(looks_causal=looks_causal, reason="the mask holds values between 0 "
                             "and the masking range")
         causal_votes.append(_is_causal(full))
-        if padding is not None:
+        for cand in candidates:
             feeds = dict(feeds_full)
-            feeds[padding.name] = _feed(padding, symbols, rng, pad=True)
-            padded = _masked(sess.run(None, feeds)[0])
-            keep = np.asarray(feeds[padding.name]) != 0
-            expect = full | ~keep[:, None, None, :] if padded is not None and padded.ndim == 4 \
-                else None
-            pad_votes.append(expect is not None and padded.shape == np.broadcast_shapes(
-                padded.shape, expect.shape) and np.array_equal(
-                    np.broadcast_to(padded, np.broadcast_shapes(padded.shape, expect.shape)),
-                    np.broadcast_to(expect, np.broadcast_shapes(padded.shape, expect.shape))))
+            feeds[cand.name] = _feed(cand, symbols, rng, pad=True)
+            keep = np.asarray(feeds[cand.name]) != 0
+            pad_votes[id(cand)].append(_follows_padding(sess, feeds, full, keep))
+    padding = next((c for c in candidates if all(pad_votes[id(c)])), None)
     causal = all(v is True for v in causal_votes)
     no_mask = all(v == "none" for v in causal_votes)
     info_reason = None
     if looks_causal and not causal and not no_mask:
         info_reason = "the mask is built like a causal mask but is not causal"
-    return MaskInfo(causal=causal, padding_input=padding if pad_votes and all(pad_votes) else None,
+    return MaskInfo(causal=causal, padding_input=padding,
                     looks_causal=looks_causal, reason=info_reason)
+
+
+def _follows_padding(sess, feeds, full: np.ndarray, keep: np.ndarray) -> bool:
+    """With ``keep`` zeros in the padding input, exactly those keys become masked too."""
+    try:
+        padded = _masked(sess.run(None, feeds)[0])
+    except Exception:  # noqa: BLE001
+        return False
+    if padded is None or padded.ndim != 4:
+        return False
+    expect = full | ~keep[:, None, None, :]
+    shape = np.broadcast_shapes(padded.shape, expect.shape)
+    return padded.shape == shape and np.array_equal(padded, np.broadcast_to(expect, shape))
 
 
 def _masked(values: np.ndarray) -> np.ndarray | None:

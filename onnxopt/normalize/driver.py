@@ -19,6 +19,7 @@ from onnxopt.normalize.eliminate_dead_code import eliminate_dead_code
 from onnxopt.normalize.fold_constants import fold_constants
 from onnxopt.normalize.remove_noops import remove_noops
 from onnxopt.normalize.softmax_canonical import softmax_canonical
+from onnxopt.normalize.transpose_through_reshape import transpose_through_reshape
 from onnxopt.normalize.transpose_into_matmul import transpose_into_matmul
 from onnxopt.normalize.where_to_additive import where_to_additive
 
@@ -34,6 +35,7 @@ PASSES: list[tuple[str, Pass]] = [
     ("eliminate_common_subexpressions", eliminate_common_subexpressions),
     ("commutative_order", commutative_order),
     ("canonical_scale", canonical_scale),
+    ("transpose_through_reshape", transpose_through_reshape),
     ("transpose_into_matmul", transpose_into_matmul),
     ("softmax_canonical", softmax_canonical),
     ("where_to_additive", where_to_additive),

@@ -144,7 +144,7 @@ def _normalized(axes: list[int] | None, rank: int | None) -> set[int] | None:
     if any(a < 0 for a in axes):
         if rank is None:
             return None
-        axes = [a + rank for a in axes]
+        axes = [a + rank if a < 0 else a for a in axes]
     return set(axes) if len(set(axes)) == len(axes) else None
 
 

@@ -15,9 +15,10 @@ computes it, subtracting the maximum. Existing Softmax nodes are marked
 stable too, so downstream rules see one form.
 
 Refusals leave the graph unchanged: an intermediate with another reader (it
-would have to be computed anyway), reductions over different or several axes,
-``keepdims=0`` (the division would broadcast differently), a max taken over a
-different tensor than the one subtracted from.
+would have to be computed anyway; for the stable form this includes the max
+and the difference), reductions over different or several axes, ``keepdims=0``
+(the division would broadcast differently). ``exp(x - m) / sum(exp(x - m))``
+with ``m`` not the max of ``x`` is simply the second form applied to ``x - m``.
 """
 
 from __future__ import annotations

@@ -1,0 +1,110 @@
+#!/usr/bin/env bash
+# GPU check for the project's CUDA kernels, in one command, on a machine with a GPU, nvcc,
+# Python 3.12 and torch but no network and no PyCUDA:
+#
+#     bash benchmarks/gpu_check.sh            # results in $OUT (default benchmarks/_work/gpu_check)
+#
+# 1. installs PyCUDA from the sdist in benchmarks/_wheels/ (offline; optional: only the PyCUDA
+#    interop test needs it, the kernels launch through the driver API without it);
+# 2. runs the GPU tests (pytest -m gpu tests/kernels) -> $OUT/pytest_gpu.txt, junit xml;
+# 3. runs benchmarks/gpu_kernels.py -> $OUT/gpu_kernels.md and .json.
+#
+# benchmarks/_wheels/ is filled once, on a machine with network access (cp312, x86-64 Linux):
+#     pip download --no-deps --no-binary pycuda pycuda -d benchmarks/_wheels
+#     pip download --no-deps --only-binary :all: --python-version 3.12 --implementation cp \
+#         --abi cp312 --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 \
+#         --platform manylinux_2_28_x86_64 \
+#         pytools platformdirs typing_extensions siphash24 mako markupsafe -d benchmarks/_wheels
+# (PyCUDA's build needs setuptools, wheel and numpy already installed: --no-build-isolation.)
+#
+# Environment: OUT (results folder), PYTHON (default python3), QUICK=1 (benchmark: fewer sizes),
+# SKIP_PYCUDA=1, SKIP_BENCH=1, LIBCUDA_DIR (a folder with libcuda.so, if the build cannot find one).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$(pwd)
+PY=${PYTHON:-python3}
+OUT=${OUT:-$ROOT/benchmarks/_work/gpu_check}
+WHEELS=$ROOT/benchmarks/_wheels
+mkdir -p "$OUT"
+export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
+export ONNXOPT_CACHE_DIR=${ONNXOPT_CACHE_DIR:-$OUT/cubin-cache}
+status=0
+
+{
+    echo "# environment"
+    date -u
+    nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,memory.total --format=csv 2>&1
+    nvcc --version 2>&1 | tail -n 2
+    "$PY" -c "import sys, numpy; print('python', sys.version.split()[0], 'numpy', numpy.__version__)"
+    "$PY" -c "import torch; print('torch', torch.__version__, torch.version.cuda, torch.cuda.get_device_name())" 2>&1
+} | tee "$OUT/environment.txt"
+
+# --- 1. PyCUDA from local sdists ---------------------------------------------------------------
+install_pycuda() {
+    if "$PY" -c "import pycuda.driver" 2>/dev/null; then
+        echo "pycuda already importable"
+        return 0
+    fi
+    local missing=()
+    for pkg in pycuda pytools platformdirs typing_extensions siphash24 mako markupsafe; do
+        if ! ls "$WHEELS" 2>/dev/null | grep -qi "^${pkg//_/[-_]}-"; then
+            if ! "$PY" -c "import ${pkg}" 2>/dev/null; then missing+=("$pkg"); fi
+        fi
+    done
+    if ((${#missing[@]})); then
+        echo "pycuda: missing from $WHEELS and not installed: ${missing[*]}"
+        echo "pycuda: see the download commands at the top of benchmarks/gpu_check.sh"
+        return 1
+    fi
+    # PyCUDA's build reads ~/.aksetup-defaults.py: point it at this toolkit, skip cuRAND, and
+    # give the linker a libcuda.so (the toolkit's stub, or the driver's libcuda.so.1).
+    local cfg
+    cfg=$(mktemp -d)
+    local nvcc_path cuda_root libdirs
+    nvcc_path=$(command -v nvcc)
+    cuda_root=$(cd "$(dirname "$(readlink -f "$nvcc_path")")/.." && pwd)
+    mkdir -p "$cfg/lib"
+    local drv
+    drv=$(ldconfig -p 2>/dev/null | awk '/libcuda\.so\.1 /{print $NF; exit}')
+    [ -n "$drv" ] && ln -sf "$drv" "$cfg/lib/libcuda.so"
+    libdirs="'$cuda_root/lib64', '$cuda_root/lib64/stubs', '$cuda_root/targets/x86_64-linux/lib', '$cuda_root/targets/x86_64-linux/lib/stubs', '$cfg/lib'"
+    [ -n "${LIBCUDA_DIR:-}" ] && libdirs="$libdirs, '$LIBCUDA_DIR'"
+    cat >"$cfg/.aksetup-defaults.py" <<EOF
+CUDA_ROOT = '$cuda_root'
+CUDA_ENABLE_CURAND = False
+CUDADRV_LIB_DIR = [$libdirs]
+CUDART_LIB_DIR = [$libdirs]
+EOF
+    echo "pycuda: building from $WHEELS (CUDA_ROOT=$cuda_root) ..."
+    HOME=$cfg "$PY" -m pip install --no-index --find-links "$WHEELS" --no-build-isolation \
+        pycuda >"$OUT/pycuda_install.log" 2>&1
+    local rc=$?
+    tail -n 5 "$OUT/pycuda_install.log"
+    if ((rc)) || ! "$PY" -c "import pycuda.driver"; then
+        echo "pycuda: install FAILED (see $OUT/pycuda_install.log); continuing without it"
+        return 1
+    fi
+    echo "pycuda: installed"
+}
+if [ "${SKIP_PYCUDA:-0}" != 1 ]; then
+    install_pycuda 2>&1 | tee "$OUT/pycuda.txt"
+fi
+
+# --- 2. GPU tests --------------------------------------------------------------------------------
+echo "# GPU tests"
+"$PY" -m pytest -q -m gpu tests/kernels -rs --junitxml="$OUT/pytest_gpu.xml" -p no:cacheprovider \
+    2>&1 | tee "$OUT/pytest_gpu.txt"
+test_rc=${PIPESTATUS[0]}
+((test_rc)) && status=1
+
+# --- 3. benchmark ----------------------------------------------------------------------------------
+if [ "${SKIP_BENCH:-0}" != 1 ]; then
+    echo "# benchmark"
+    quick=()
+    [ "${QUICK:-0}" = 1 ] && quick=(--quick)
+    "$PY" benchmarks/gpu_kernels.py --out "$OUT" "${quick[@]}" 2>&1 | tee "$OUT/gpu_kernels.txt"
+    ((PIPESTATUS[0])) && status=1
+fi
+
+echo "gpu_check: tests rc=$test_rc, overall status=$status, results in $OUT"
+exit $status

@@ -1,0 +1,245 @@
+"""Our CUDA kernels against PyTorch on the same GPU; prints markdown tables.
+
+    python benchmarks/gpu_kernels.py [--quick] [--out DIR]
+
+Attention: kernels/flash_attention.cu vs torch.nn.functional.scaled_dot_product_attention (its
+default dispatch, and forced to the FlashAttention-2 backend), B=4, H=16, S in {1024, 4096,
+16384}, D in {64, 128}, bf16 and fp16, causal and not. TFLOP/s counts 4*B*H*S*S*D, halved when
+causal. Each row also gives our max |error| against SDPA's output, so a fast wrong kernel shows.
+
+Norms and activations: GB/s (bytes read + written once) against a device-to-device copy of the
+same size, and against the PyTorch equivalent.
+
+Times are medians over replays of a CUDA graph holding several launches (no launch overhead);
+if capture fails the launches are timed eagerly and the row says so. Device pointers are torch
+tensors' data_ptr() and the stream is torch's current stream, so both share the primary context.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import sys
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from onnxopt.runtime import cuda as kernels  # noqa: E402
+
+DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def stream() -> int:
+    return torch.cuda.current_stream().cuda_stream
+
+
+def bench(fn, *, inner: int = 5, reps: int = 7) -> tuple[float, str]:
+    """Median milliseconds per call of fn (which launches on torch's current stream)."""
+    fn()  # load / compile / warm up outside any capture
+    torch.cuda.synchronize()
+    try:
+        graph = torch.cuda.CUDAGraph()
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            fn()  # a warm-up on the capture stream, as torch recommends
+        torch.cuda.current_stream().wait_stream(side)
+        with torch.cuda.graph(graph):
+            for _ in range(inner):
+                fn()
+        run, how = graph.replay, "graph"
+    except Exception as error:  # noqa: BLE001 - fall back to eager timing, and say so
+        print(f"  (graph capture failed: {error}; timing eagerly)", file=sys.stderr)
+
+        def run():
+            for _ in range(inner):
+                fn()
+
+        how = "eager"
+    run()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        start = torch.cuda.Event(enable_timing=True)
+        end = torch.cuda.Event(enable_timing=True)
+        start.record()
+        run()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / inner)
+    return statistics.median(times), how
+
+
+def sdpa_flash(q, k, v, causal):
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+        return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+
+
+def attention_rows(quick: bool) -> list[dict]:
+    rows = []
+    seqs = (1024, 4096) if quick else (1024, 4096, 16384)
+    b, h = 4, 16
+    for dtype_name, dtype in DTYPES.items():
+        for d in (64, 128):
+            for s in seqs:
+                q = torch.randn(b, h, s, d, device="cuda", dtype=dtype)
+                k = torch.randn(b, h, s, d, device="cuda", dtype=dtype)
+                v = torch.randn(b, h, s, d, device="cuda", dtype=dtype)
+                o = torch.empty_like(q)
+                for causal in (False, True):
+                    flops = 4 * b * h * s * s * d / (2 if causal else 1)
+                    inner = max(1, min(10, int(2e12 // flops)))
+
+                    def ours(q=q, k=k, v=v, o=o, s=s, d=d, causal=causal, dt=dtype_name):
+                        kernels.flash_attention(q.data_ptr(), k.data_ptr(), v.data_ptr(),
+                                                o.data_ptr(), 0, b, h, h, s, s, d, None, causal,
+                                                dt, stream())  # fmt: skip
+
+                    t_ours, how = bench(ours, inner=inner)
+                    ref = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+                    err = (o.float() - ref.float()).abs().max().item()
+                    t_sdpa, _ = bench(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal), inner=inner)  # noqa: E501
+                    try:
+                        t_fa2, _ = bench(lambda: sdpa_flash(q, k, v, causal), inner=inner)
+                    except Exception as error:  # noqa: BLE001
+                        print(f"  (SDPA flash backend unavailable: {error})", file=sys.stderr)
+                        t_fa2 = math.nan
+                    row = {
+                        "dtype": dtype_name, "D": d, "S": s, "causal": causal,
+                        "ours_ms": t_ours, "ours_tflops": flops / t_ours / 1e9,
+                        "sdpa_ms": t_sdpa, "sdpa_tflops": flops / t_sdpa / 1e9,
+                        "sdpa_flash_tflops": flops / t_fa2 / 1e9,
+                        "ratio_vs_sdpa": t_sdpa / t_ours, "ratio_vs_flash": t_fa2 / t_ours,
+                        "max_abs_err": err, "timing": how,
+                    }  # fmt: skip
+                    rows.append(row)
+                    print(
+                        f"  attn {dtype_name} D={d} S={s} causal={causal}: "
+                        f"{row['ours_tflops']:.0f} TF/s vs SDPA {row['sdpa_tflops']:.0f} "
+                        f"({row['ratio_vs_sdpa']:.2f}x), err {err:.2e}",
+                        file=sys.stderr,
+                    )
+                del q, k, v, o
+                torch.cuda.empty_cache()
+    return rows
+
+
+def memory_rows(quick: bool) -> list[dict]:
+    rows = []
+    n_rows = 8192 if quick else 16384
+    for dtype_name, dtype in {**DTYPES, "float32": torch.float32}.items():
+        for hidden in (4096, 8192):
+            x = torch.randn(n_rows, hidden, device="cuda", dtype=dtype)
+            r = torch.randn_like(x)
+            g = torch.randn(hidden, device="cuda", dtype=dtype)
+            bias = torch.randn(hidden, device="cuda", dtype=dtype)
+            y = torch.empty_like(x)
+            s_out = torch.empty_like(x)
+            gu = torch.randn(n_rows, 2 * hidden, device="cuda", dtype=dtype)
+            nbytes = x.numel() * x.element_size()
+            t_copy, _ = bench(lambda: y.copy_(x))
+            copy_gbs = 2 * nbytes / t_copy / 1e6
+            p = (x.data_ptr(), r.data_ptr(), g.data_ptr(), bias.data_ptr(), y.data_ptr(),
+                 s_out.data_ptr(), gu.data_ptr())  # fmt: skip
+            cases = [
+                ("layer_norm", 2,
+                 lambda: kernels.layer_norm(p[0], p[2], p[3], p[4], n_rows, hidden, 1e-5,
+                                            dtype_name, stream()),
+                 lambda: F.layer_norm(x, (hidden,), g, bias, 1e-5)),
+                ("layer_norm+residual+sum", 4,
+                 lambda: kernels.layer_norm(p[0], p[2], p[3], p[4], n_rows, hidden, 1e-5,
+                                            dtype_name, stream(), residual_ptr=p[1],
+                                            sum_out_ptr=p[5]),
+                 lambda: F.layer_norm(x + r, (hidden,), g, bias, 1e-5)),
+                ("rms_norm", 2,
+                 lambda: kernels.rms_norm(p[0], p[2], p[4], n_rows, hidden, 1e-6, dtype_name,
+                                          stream()),
+                 lambda: F.rms_norm(x, (hidden,), g, 1e-6)),
+                ("bias_gelu(erf)", 2,
+                 lambda: kernels.bias_gelu(p[0], p[3], p[4], n_rows, hidden, "none", dtype_name,
+                                           stream()),
+                 lambda: F.gelu(x + bias)),
+                ("bias_gelu(tanh)", 2,
+                 lambda: kernels.bias_gelu(p[0], p[3], p[4], n_rows, hidden, "tanh", dtype_name,
+                                           stream()),
+                 lambda: F.gelu(x + bias, approximate="tanh")),
+                ("swiglu(split halves)", 3,
+                 lambda: kernels.swiglu_fused(p[6], p[4], n_rows, hidden, dtype_name, stream()),
+                 lambda: F.silu(gu[:, :hidden]) * gu[:, hidden:]),
+            ]  # fmt: skip
+            for name, passes, ours, theirs in cases:
+                t_ours, how = bench(ours)
+                t_torch, _ = bench(theirs)
+                gbs = passes * nbytes / t_ours / 1e6
+                rows.append({
+                    "op": name, "dtype": dtype_name, "rows": n_rows, "hidden": hidden,
+                    "ours_ms": t_ours, "ours_gbs": gbs, "copy_gbs": copy_gbs,
+                    "of_copy": gbs / copy_gbs, "torch_ms": t_torch, "speedup_vs_torch":
+                    t_torch / t_ours, "timing": how,
+                })  # fmt: skip
+                print(f"  {name} {dtype_name} {hidden}: {gbs:.0f} GB/s ({gbs / copy_gbs:.0%} "
+                      f"of copy)", file=sys.stderr)  # fmt: skip
+            del x, r, y, s_out, gu
+            torch.cuda.empty_cache()
+    return rows
+
+
+def markdown(att: list[dict], mem: list[dict], header: str) -> str:
+    out = [header, "", "## Attention (B=4, H=16, Sq=Skv=S)", ""]
+    out.append("| dtype | D | S | causal | ours TFLOP/s | SDPA TFLOP/s | SDPA-flash TFLOP/s | "
+               "ours/SDPA | ours/flash | max abs err | timing |")  # fmt: skip
+    out.append("|---|---|---|---|---|---|---|---|---|---|---|")
+    for r in att:
+        out.append(
+            f"| {r['dtype']} | {r['D']} | {r['S']} | {r['causal']} | {r['ours_tflops']:.1f} | "
+            f"{r['sdpa_tflops']:.1f} | {r['sdpa_flash_tflops']:.1f} | {r['ratio_vs_sdpa']:.2f} | "
+            f"{r['ratio_vs_flash']:.2f} | {r['max_abs_err']:.2e} | {r['timing']} |"
+        )
+    out += ["", "## Norms and activations (bytes read + written once)", ""]
+    out.append("| op | dtype | rows x hidden | ours GB/s | copy GB/s | of copy | vs torch | "
+               "timing |")  # fmt: skip
+    out.append("|---|---|---|---|---|---|---|---|")
+    for r in mem:
+        out.append(
+            f"| {r['op']} | {r['dtype']} | {r['rows']}x{r['hidden']} | {r['ours_gbs']:.0f} | "
+            f"{r['copy_gbs']:.0f} | {r['of_copy']:.0%} | {r['speedup_vs_torch']:.2f}x | "
+            f"{r['timing']} |"
+        )
+    return "\n".join(out) + "\n"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="fewer sizes")
+    parser.add_argument("--out", type=Path, help="write gpu_kernels.md and gpu_kernels.json here")
+    parser.add_argument("--only", choices=["attention", "memory"], help="run one half")
+    args = parser.parse_args()
+    if not torch.cuda.is_available():
+        print("no CUDA device", file=sys.stderr)
+        return 2
+    torch.cuda.init()  # the primary context is current from here on; our launches use it
+    props = torch.cuda.get_device_properties(0)
+    header = (f"# gpu_kernels: {props.name}, {props.multi_processor_count} SMs, torch "
+              f"{torch.__version__} (CUDA {torch.version.cuda})")  # fmt: skip
+    att = [] if args.only == "memory" else attention_rows(args.quick)
+    mem = [] if args.only == "attention" else memory_rows(args.quick)
+    text = markdown(att, mem, header)
+    print(text)
+    if args.out:
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "gpu_kernels.md").write_text(text)
+        (args.out / "gpu_kernels.json").write_text(
+            json.dumps({"device": props.name, "attention": att, "memory": mem}, indent=1)
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,75 @@
+"""A transpose done on a flattened view becomes a transpose of the original tensor.
+
+PyTorch's SDPA export under dynamo transposes K as a 3-D tensor:
+``[B,H,S,D] → Reshape [B*H,S,D] → Transpose [0,2,1] → Reshape [B,H,D,S]``.
+The two reshapes only merge and split the leading axes that the transpose
+keeps in place, so the whole chain is one 4-D transpose:
+
+    Reshape(Transpose(Reshape(x, merge leading k axes), perm), split them back)
+        ->  Transpose(x, [0..k-1] + [k-1 + p for p in perm[1:]])
+
+Proof obligations, checked on symbolic shapes: the first reshape merges a
+prefix of ``x``'s axes into one and keeps the rest; ``perm[0] == 0``; the
+second reshape splits axis 0 back into exactly that prefix and keeps the rest.
+Afterwards ``transpose_into_matmul`` can turn the result into a MatMul flag.
+"""
+
+from __future__ import annotations
+
+from onnxopt.ir.model import Model
+from onnxopt.normalize import symdim as sd
+from onnxopt.normalize._common import all_graphs, is_op
+from onnxopt.ir.edit import replace_value
+from onnxopt.importer.semantics import annotate
+
+
+def transpose_through_reshape(model: Model) -> int:
+    changes = 0
+    for graph in all_graphs(model):
+        for outer in list(graph):
+            if not is_op(outer, "Reshape") or outer.graph is not graph:
+                continue
+            t = outer.inputs[0].producer
+            if not is_op(t, "Transpose") or t.output.num_uses != 1:
+                continue
+            inner = t.inputs[0].producer
+            if not is_op(inner, "Reshape") or inner.output.num_uses != 1:
+                continue
+            perm = _fused_perm(inner.inputs[0].shape, inner.output.shape, t.attr("perm"),
+                               outer.output.shape)
+            if perm is None:
+                continue
+            node = graph.make_node("Transpose", [inner.inputs[0]], before=outer,
+                                   attrs={"perm": _ints_attr(perm)},
+                                   created_by="transpose_through_reshape")
+            node.output.dtype, node.output.shape = outer.output.dtype, outer.output.shape
+            annotate(node)
+            if not replace_value(graph, outer.output, node.output):
+                graph.remove(node)
+                continue
+            graph.remove([outer, t, inner])
+            changes += 1
+    return changes
+
+
+def _fused_perm(x, merged, perm, out):
+    if x is None or merged is None or out is None or perm is None or perm[0] != 0:
+        return None
+    rest = len(merged) - 1
+    k = len(x) - rest
+    if k < 2 or tuple(x[k:]) != tuple(merged[1:]) or not sd.same(merged[0], sd.product(x[:k])):
+        return None
+    moved = [merged[p] for p in perm]
+    if len(out) != k + rest or not all(sd.same(a, b) for a, b in zip(out[:k], x[:k])):
+        return None
+    if not all(sd.same(a, b) for a, b in zip(out[k:], moved[1:])):
+        return None
+    return list(range(k)) + [k - 1 + p for p in perm[1:]]
+
+
+def _ints_attr(values):
+    from onnx import AttributeProto
+
+    from onnxopt.ir.node import Attr
+
+    return Attr(AttributeProto.INTS, tuple(values))
