@@ -60,9 +60,18 @@ install_pycuda() {
     # give the linker a libcuda.so (the toolkit's stub, or the driver's libcuda.so.1).
     local cfg
     cfg=$(mktemp -d)
-    local nvcc_path cuda_root libdirs
-    nvcc_path=$(command -v nvcc)
-    cuda_root=$(cd "$(dirname "$(readlink -f "$nvcc_path")")/.." && pwd)
+    local cuda_root="" libdirs candidate
+    for candidate in "${CUDA_HOME:-}" "${CUDA_PATH:-}" /usr/local/cuda \
+        "$(dirname "$(dirname "$(readlink -f "$(command -v nvcc)")")")" /usr/local/cuda-*; do
+        if [ -n "$candidate" ] && [ -f "$candidate/include/cuda.h" ]; then
+            cuda_root=$candidate
+            break
+        fi
+    done
+    if [ -z "$cuda_root" ]; then
+        echo "pycuda: no CUDA toolkit with include/cuda.h found (set CUDA_HOME)"
+        return 1
+    fi
     mkdir -p "$cfg/lib"
     local drv
     drv=$(ldconfig -p 2>/dev/null | awk '/libcuda\.so\.1 /{print $NF; exit}')

@@ -29,7 +29,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from onnxopt.runtime import cuda as kernels  # noqa: E402
+from onnxopt.runtime import cuda as kernels
 
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -82,119 +82,174 @@ def sdpa_flash(q, k, v, causal):
         return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
 
 
+def attention_case(q, k, v, o, causal: bool, dtype_name: str) -> dict:
+    b, h, s, d = q.shape
+    flops = 4 * b * h * s * s * d / (2 if causal else 1)
+    inner = max(1, min(10, int(2e12 // flops)))
+
+    def ours():
+        kernels.flash_attention(
+            q.data_ptr(),
+            k.data_ptr(),
+            v.data_ptr(),
+            o.data_ptr(),
+            0,
+            b,
+            h,
+            h,
+            s,
+            s,
+            d,
+            None,
+            causal,
+            dtype_name,
+            stream(),
+        )
+
+    def sdpa():
+        return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+
+    t_ours, how = bench(ours, inner=inner)
+    err = (o.float() - sdpa().float()).abs().max().item()
+    t_sdpa, _ = bench(sdpa, inner=inner)
+    try:
+        t_fa2, _ = bench(lambda: sdpa_flash(q, k, v, causal), inner=inner)
+    except Exception as error:  # noqa: BLE001 - report the rest without this column
+        print(f"  (SDPA flash backend unavailable: {error})", file=sys.stderr)
+        t_fa2 = math.nan
+    row = {
+        "dtype": dtype_name,
+        "D": d,
+        "S": s,
+        "causal": causal,
+        "ours_ms": t_ours,
+        "ours_tflops": flops / t_ours / 1e9,
+        "sdpa_ms": t_sdpa,
+        "sdpa_tflops": flops / t_sdpa / 1e9,
+        "sdpa_flash_tflops": flops / t_fa2 / 1e9,
+        "ratio_vs_sdpa": t_sdpa / t_ours,
+        "ratio_vs_flash": t_fa2 / t_ours,
+        "max_abs_err": err,
+        "timing": how,
+    }
+    print(
+        f"  attn {dtype_name} D={d} S={s} causal={causal}: {row['ours_tflops']:.0f} TF/s vs "
+        f"SDPA {row['sdpa_tflops']:.0f} ({row['ratio_vs_sdpa']:.2f}x), err {err:.2e}",
+        file=sys.stderr,
+    )
+    return row
+
+
 def attention_rows(quick: bool) -> list[dict]:
     rows = []
-    seqs = (1024, 4096) if quick else (1024, 4096, 16384)
     b, h = 4, 16
     for dtype_name, dtype in DTYPES.items():
         for d in (64, 128):
-            for s in seqs:
-                q = torch.randn(b, h, s, d, device="cuda", dtype=dtype)
-                k = torch.randn(b, h, s, d, device="cuda", dtype=dtype)
-                v = torch.randn(b, h, s, d, device="cuda", dtype=dtype)
+            for s in (1024, 4096) if quick else (1024, 4096, 16384):
+                q, k, v = (torch.randn(b, h, s, d, device="cuda", dtype=dtype) for _ in range(3))
                 o = torch.empty_like(q)
                 for causal in (False, True):
-                    flops = 4 * b * h * s * s * d / (2 if causal else 1)
-                    inner = max(1, min(10, int(2e12 // flops)))
-
-                    def ours(q=q, k=k, v=v, o=o, s=s, d=d, causal=causal, dt=dtype_name):
-                        kernels.flash_attention(q.data_ptr(), k.data_ptr(), v.data_ptr(),
-                                                o.data_ptr(), 0, b, h, h, s, s, d, None, causal,
-                                                dt, stream())  # fmt: skip
-
-                    t_ours, how = bench(ours, inner=inner)
-                    ref = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
-                    err = (o.float() - ref.float()).abs().max().item()
-                    t_sdpa, _ = bench(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal), inner=inner)  # noqa: E501
-                    try:
-                        t_fa2, _ = bench(lambda: sdpa_flash(q, k, v, causal), inner=inner)
-                    except Exception as error:  # noqa: BLE001
-                        print(f"  (SDPA flash backend unavailable: {error})", file=sys.stderr)
-                        t_fa2 = math.nan
-                    row = {
-                        "dtype": dtype_name, "D": d, "S": s, "causal": causal,
-                        "ours_ms": t_ours, "ours_tflops": flops / t_ours / 1e9,
-                        "sdpa_ms": t_sdpa, "sdpa_tflops": flops / t_sdpa / 1e9,
-                        "sdpa_flash_tflops": flops / t_fa2 / 1e9,
-                        "ratio_vs_sdpa": t_sdpa / t_ours, "ratio_vs_flash": t_fa2 / t_ours,
-                        "max_abs_err": err, "timing": how,
-                    }  # fmt: skip
-                    rows.append(row)
-                    print(
-                        f"  attn {dtype_name} D={d} S={s} causal={causal}: "
-                        f"{row['ours_tflops']:.0f} TF/s vs SDPA {row['sdpa_tflops']:.0f} "
-                        f"({row['ratio_vs_sdpa']:.2f}x), err {err:.2e}",
-                        file=sys.stderr,
-                    )
-                del q, k, v, o
+                    rows.append(attention_case(q, k, v, o, causal, dtype_name))
                 torch.cuda.empty_cache()
+    return rows
+
+
+def memory_cases(n_rows: int, hidden: int, dtype_name: str) -> list[dict]:
+    dtype = {**DTYPES, "float32": torch.float32}[dtype_name]
+    x = torch.randn(n_rows, hidden, device="cuda", dtype=dtype)
+    r = torch.randn_like(x)
+    g = torch.randn(hidden, device="cuda", dtype=dtype)
+    bias = torch.randn(hidden, device="cuda", dtype=dtype)
+    y = torch.empty_like(x)
+    s_out = torch.empty_like(x)
+    gu = torch.randn(n_rows, 2 * hidden, device="cuda", dtype=dtype)
+    nbytes = x.numel() * x.element_size()
+    t_copy, _ = bench(lambda: y.copy_(x))
+    copy_gbs = 2 * nbytes / t_copy / 1e6
+    xp, rp, gp, bp, yp, sp, gup = (t.data_ptr() for t in (x, r, g, bias, y, s_out, gu))
+    n, dt = n_rows, dtype_name
+    cases = [
+        (
+            "layer_norm",
+            2,
+            lambda: kernels.layer_norm(xp, gp, bp, yp, n, hidden, 1e-5, dt, stream()),
+            lambda: F.layer_norm(x, (hidden,), g, bias, 1e-5),
+        ),
+        (
+            "layer_norm+residual+sum",
+            4,
+            lambda: kernels.layer_norm(
+                xp, gp, bp, yp, n, hidden, 1e-5, dt, stream(), residual_ptr=rp, sum_out_ptr=sp
+            ),
+            lambda: F.layer_norm(x + r, (hidden,), g, bias, 1e-5),
+        ),
+        (
+            "rms_norm",
+            2,
+            lambda: kernels.rms_norm(xp, gp, yp, n, hidden, 1e-6, dt, stream()),
+            lambda: F.rms_norm(x, (hidden,), g, 1e-6),
+        ),
+        (
+            "bias_gelu(erf)",
+            2,
+            lambda: kernels.bias_gelu(xp, bp, yp, n, hidden, "none", dt, stream()),
+            lambda: F.gelu(x + bias),
+        ),
+        (
+            "bias_gelu(tanh)",
+            2,
+            lambda: kernels.bias_gelu(xp, bp, yp, n, hidden, "tanh", dt, stream()),
+            lambda: F.gelu(x + bias, approximate="tanh"),
+        ),
+        (
+            "swiglu(split halves)",
+            3,
+            lambda: kernels.swiglu_fused(gup, yp, n, hidden, dt, stream()),
+            lambda: F.silu(gu[:, :hidden]) * gu[:, hidden:],
+        ),
+    ]
+    rows = []
+    for name, passes, ours, theirs in cases:
+        t_ours, how = bench(ours)
+        t_torch, _ = bench(theirs)
+        gbs = passes * nbytes / t_ours / 1e6
+        rows.append(
+            {
+                "op": name,
+                "dtype": dtype_name,
+                "rows": n_rows,
+                "hidden": hidden,
+                "ours_ms": t_ours,
+                "ours_gbs": gbs,
+                "copy_gbs": copy_gbs,
+                "of_copy": gbs / copy_gbs,
+                "torch_ms": t_torch,
+                "speedup_vs_torch": t_torch / t_ours,
+                "timing": how,
+            }
+        )
+        print(
+            f"  {name} {dtype_name} {hidden}: {gbs:.0f} GB/s ({gbs / copy_gbs:.0%} of copy)",
+            file=sys.stderr,
+        )
     return rows
 
 
 def memory_rows(quick: bool) -> list[dict]:
     rows = []
-    n_rows = 8192 if quick else 16384
-    for dtype_name, dtype in {**DTYPES, "float32": torch.float32}.items():
+    for dtype_name in ("bfloat16", "float16", "float32"):
         for hidden in (4096, 8192):
-            x = torch.randn(n_rows, hidden, device="cuda", dtype=dtype)
-            r = torch.randn_like(x)
-            g = torch.randn(hidden, device="cuda", dtype=dtype)
-            bias = torch.randn(hidden, device="cuda", dtype=dtype)
-            y = torch.empty_like(x)
-            s_out = torch.empty_like(x)
-            gu = torch.randn(n_rows, 2 * hidden, device="cuda", dtype=dtype)
-            nbytes = x.numel() * x.element_size()
-            t_copy, _ = bench(lambda: y.copy_(x))
-            copy_gbs = 2 * nbytes / t_copy / 1e6
-            p = (x.data_ptr(), r.data_ptr(), g.data_ptr(), bias.data_ptr(), y.data_ptr(),
-                 s_out.data_ptr(), gu.data_ptr())  # fmt: skip
-            cases = [
-                ("layer_norm", 2,
-                 lambda: kernels.layer_norm(p[0], p[2], p[3], p[4], n_rows, hidden, 1e-5,
-                                            dtype_name, stream()),
-                 lambda: F.layer_norm(x, (hidden,), g, bias, 1e-5)),
-                ("layer_norm+residual+sum", 4,
-                 lambda: kernels.layer_norm(p[0], p[2], p[3], p[4], n_rows, hidden, 1e-5,
-                                            dtype_name, stream(), residual_ptr=p[1],
-                                            sum_out_ptr=p[5]),
-                 lambda: F.layer_norm(x + r, (hidden,), g, bias, 1e-5)),
-                ("rms_norm", 2,
-                 lambda: kernels.rms_norm(p[0], p[2], p[4], n_rows, hidden, 1e-6, dtype_name,
-                                          stream()),
-                 lambda: F.rms_norm(x, (hidden,), g, 1e-6)),
-                ("bias_gelu(erf)", 2,
-                 lambda: kernels.bias_gelu(p[0], p[3], p[4], n_rows, hidden, "none", dtype_name,
-                                           stream()),
-                 lambda: F.gelu(x + bias)),
-                ("bias_gelu(tanh)", 2,
-                 lambda: kernels.bias_gelu(p[0], p[3], p[4], n_rows, hidden, "tanh", dtype_name,
-                                           stream()),
-                 lambda: F.gelu(x + bias, approximate="tanh")),
-                ("swiglu(split halves)", 3,
-                 lambda: kernels.swiglu_fused(p[6], p[4], n_rows, hidden, dtype_name, stream()),
-                 lambda: F.silu(gu[:, :hidden]) * gu[:, hidden:]),
-            ]  # fmt: skip
-            for name, passes, ours, theirs in cases:
-                t_ours, how = bench(ours)
-                t_torch, _ = bench(theirs)
-                gbs = passes * nbytes / t_ours / 1e6
-                rows.append({
-                    "op": name, "dtype": dtype_name, "rows": n_rows, "hidden": hidden,
-                    "ours_ms": t_ours, "ours_gbs": gbs, "copy_gbs": copy_gbs,
-                    "of_copy": gbs / copy_gbs, "torch_ms": t_torch, "speedup_vs_torch":
-                    t_torch / t_ours, "timing": how,
-                })  # fmt: skip
-                print(f"  {name} {dtype_name} {hidden}: {gbs:.0f} GB/s ({gbs / copy_gbs:.0%} "
-                      f"of copy)", file=sys.stderr)  # fmt: skip
-            del x, r, y, s_out, gu
+            rows += memory_cases(8192 if quick else 16384, hidden, dtype_name)
             torch.cuda.empty_cache()
     return rows
 
 
 def markdown(att: list[dict], mem: list[dict], header: str) -> str:
     out = [header, "", "## Attention (B=4, H=16, Sq=Skv=S)", ""]
-    out.append("| dtype | D | S | causal | ours TFLOP/s | SDPA TFLOP/s | SDPA-flash TFLOP/s | "
-               "ours/SDPA | ours/flash | max abs err | timing |")  # fmt: skip
+    out.append(
+        "| dtype | D | S | causal | ours TFLOP/s | SDPA TFLOP/s | SDPA-flash TFLOP/s | "
+        "ours/SDPA | ours/flash | max abs err | timing |"
+    )
     out.append("|---|---|---|---|---|---|---|---|---|---|---|")
     for r in att:
         out.append(
@@ -203,8 +258,9 @@ def markdown(att: list[dict], mem: list[dict], header: str) -> str:
             f"{r['ratio_vs_flash']:.2f} | {r['max_abs_err']:.2e} | {r['timing']} |"
         )
     out += ["", "## Norms and activations (bytes read + written once)", ""]
-    out.append("| op | dtype | rows x hidden | ours GB/s | copy GB/s | of copy | vs torch | "
-               "timing |")  # fmt: skip
+    out.append(
+        "| op | dtype | rows x hidden | ours GB/s | copy GB/s | of copy | vs torch | timing |"
+    )
     out.append("|---|---|---|---|---|---|---|---|")
     for r in mem:
         out.append(
@@ -226,8 +282,10 @@ def main() -> int:
         return 2
     torch.cuda.init()  # the primary context is current from here on; our launches use it
     props = torch.cuda.get_device_properties(0)
-    header = (f"# gpu_kernels: {props.name}, {props.multi_processor_count} SMs, torch "
-              f"{torch.__version__} (CUDA {torch.version.cuda})")  # fmt: skip
+    header = (
+        f"# gpu_kernels: {props.name}, {props.multi_processor_count} SMs, torch "
+        f"{torch.__version__} (CUDA {torch.version.cuda})"
+    )
     att = [] if args.only == "memory" else attention_rows(args.quick)
     mem = [] if args.only == "attention" else memory_rows(args.quick)
     text = markdown(att, mem, header)

@@ -39,8 +39,8 @@ from onnx import TensorProto, helper, numpy_helper
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from onnxopt.exporter import export_model_lazy, save_model  # noqa: E402
-from onnxopt.importer import import_model  # noqa: E402
+from onnxopt.exporter import export_model_lazy, save_model
+from onnxopt.importer import import_model
 
 WORK = ROOT / "benchmarks" / "_work"
 HIDDEN, HEADS, VOCAB = 16, 2, 64
@@ -135,7 +135,7 @@ def gpt2_like(layers: int) -> onnx.ModelProto:
         p = f"h.{i}"
         h = b.op("Add", h, b.attention(b.layer_norm(h, f"{p}.ln_1"), mask, f"{p}.attn"))
         h = b.op("Add", h, b.mlp(b.layer_norm(h, f"{p}.ln_2"), f"{p}.mlp"))
-    logits = b.op("MatMul", b.layer_norm(h, "ln_f"), b.weight("lm_head", HIDDEN, VOCAB))
+    b.op("MatMul", b.layer_norm(h, "ln_f"), b.weight("lm_head", HIDDEN, VOCAB))
     b.nodes[-1].output[0] = "logits"
     graph = helper.make_graph(
         b.nodes, "gpt2_like",
@@ -157,36 +157,37 @@ def _median_time(fn, repeat: int) -> float:
     return statistics.median(times)
 
 
+def time_round_trip(layers: int, repeat: int) -> dict:
+    """Median seconds of import, export and write for a ``layers``-block model."""
+    path = WORK / f"gpt2_like_{layers}.onnx"
+    onnx.save_model(gpt2_like(layers), path)
+    out = str(WORK / f"gpt2_like_{layers}.out.onnx")
+    nodes = len(onnx.load(str(path), load_external_data=False).graph.node)
+    state: dict = {}
+
+    def do_import():
+        state["model"] = import_model(str(path))
+
+    def do_export():
+        state["proto"], state["external"] = export_model_lazy(state["model"])
+
+    def do_save():
+        save_model(state["proto"], state["external"], out)
+
+    do_import(), do_export(), do_save()  # warm up (ORT probe for the IR version, caches)
+    t_import = _median_time(do_import, repeat)
+    t_export = _median_time(do_export, repeat)  # export does not change the IR
+    t_save = _median_time(do_save, repeat)
+    total = t_import + t_export + t_save
+    print(f"{layers:4d} layers {nodes:6d} nodes: import {t_import:6.3f} s  export "
+          f"{t_export:6.3f} s  write {t_save:6.3f} s  total {total:6.3f} s  "
+          f"= {total / nodes * 1000:.3f} s / 1000 nodes", flush=True)
+    return {"layers": layers, "nodes": nodes, "import_s": t_import, "export_s": t_export,
+            "save_s": t_save, "total_s": total, "per_1000": total / nodes * 1000}
+
+
 def scaling(layer_counts: list[int], repeat: int) -> list[dict]:
-    rows = []
-    for layers in layer_counts:
-        path = WORK / f"gpt2_like_{layers}.onnx"
-        onnx.save_model(gpt2_like(layers), path)
-        out = WORK / f"gpt2_like_{layers}.out.onnx"
-        nodes = len(onnx.load(str(path), load_external_data=False).graph.node)
-        state: dict = {}
-
-        def do_import():
-            state["model"] = import_model(str(path))
-
-        def do_export():
-            state["proto"], state["external"] = export_model_lazy(state["model"])
-
-        def do_save():
-            save_model(state["proto"], state["external"], str(out))
-
-        do_import(), do_export(), do_save()  # warm up (ORT probe for the IR version, caches)
-        t_import = _median_time(do_import, repeat)
-        t_export = _median_time(do_export, repeat)  # export does not change the IR
-        t_save = _median_time(do_save, repeat)
-        total = t_import + t_export + t_save
-        rows.append(dict(layers=layers, nodes=nodes, import_s=t_import, export_s=t_export,
-                         save_s=t_save, total_s=total, per_1000=total / nodes * 1000))
-        r = rows[-1]
-        print(f"{layers:4d} layers {nodes:6d} nodes: import {t_import:6.3f} s  export "
-              f"{t_export:6.3f} s  write {t_save:6.3f} s  total {total:6.3f} s  "
-              f"= {r['per_1000']:.3f} s / 1000 nodes", flush=True)
-    return rows
+    return [time_round_trip(layers, repeat) for layers in layer_counts]
 
 
 def small_round_trip(repeat: int) -> tuple[int, float]:
@@ -286,8 +287,8 @@ def big_round_trip(gib: float) -> dict:
           f"onnxopt.api.optimize round trip {took:.2f} s, peak RSS {peak:.0f} MB "
           f"(ru_maxrss {maxrss:.0f} MB; after imports {base:.0f} MB); output data "
           f"{size_out / (1 << 30):.2f} GiB, bytes {'identical' if same else 'DIFFER'}", flush=True)
-    return dict(gib=size_in / (1 << 30), seconds=took, peak_mb=max(peak, maxrss), base_mb=base,
-                same=same)
+    return {"gib": size_in / (1 << 30), "seconds": took, "peak_mb": peak, "maxrss_mb": maxrss,
+            "base_mb": base, "same": same}
 
 
 def _same_bytes(a: Path, b: Path, chunk: int = 1 << 24) -> bool:

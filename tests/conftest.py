@@ -25,8 +25,14 @@ IR_VERSION = 10
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    if "model_path" in metafunc.fixturenames:
-        metafunc.parametrize("model_path", MODEL_PATHS, ids=[p.name for p in MODEL_PATHS])
+    if "model_path" not in metafunc.fixturenames:
+        return
+    for mark in metafunc.definition.iter_markers("parametrize"):
+        names = mark.args[0] if mark.args else mark.kwargs.get("argnames", "")
+        if "model_path" in (names.replace(" ", "").split(",") if isinstance(names, str)
+                            else names):
+            return  # the test chose its own models
+    metafunc.parametrize("model_path", MODEL_PATHS, ids=[p.name for p in MODEL_PATHS])
 
 
 @pytest.fixture(scope="session")

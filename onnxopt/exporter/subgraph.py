@@ -11,11 +11,15 @@ from onnxopt.ir.node import Node
 from onnxopt.ir.value import Value
 
 
-def cone(outputs: list[Value], limit: int = 2000) -> tuple[list[Node], list[Value], list[Value]]:
+def cone(outputs: list[Value], limit: int = 2000, *, shape_leaves: bool = False
+         ) -> tuple[list[Node], list[Value], list[Value]]:
     """Nodes computing ``outputs`` (in order), the graph inputs and constants they read.
 
-    Returns empty node list if the cone is larger than ``limit`` nodes or reaches
-    into a subgraph's outer scope.
+    With ``shape_leaves``, the output of a ``Shape`` node counts as an input (its
+    value is known from symbolic shapes), so the cone of a mask built from
+    ``Shape(hidden_states)`` does not pull in the whole network. Returns an
+    empty node list if the cone is larger than ``limit`` nodes or reaches into
+    a subgraph's outer scope.
     """
     seen: dict[int, Node] = {}
     inputs: dict[int, Value] = {}
@@ -27,7 +31,7 @@ def cone(outputs: list[Value], limit: int = 2000) -> tuple[list[Node], list[Valu
             consts[id(v)] = v
             continue
         node = v.producer
-        if node is None:
+        if node is None or (shape_leaves and node.op_type == "Shape"):
             inputs[id(v)] = v
             continue
         if id(node) in seen:
@@ -41,8 +45,9 @@ def cone(outputs: list[Value], limit: int = 2000) -> tuple[list[Node], list[Valu
     return order, list(inputs.values()), list(consts.values())
 
 
-def subgraph_model(model: Model, outputs: list[Value]) -> ModelProto | None:
-    nodes, inputs, consts = cone(outputs)
+def subgraph_model(model: Model, outputs: list[Value], *, shape_leaves: bool = False
+                   ) -> ModelProto | None:
+    nodes, inputs, consts = cone(outputs, shape_leaves=shape_leaves)
     if not nodes and any(v.producer is not None for v in outputs):
         return None
     exporter = _Exporter(model)

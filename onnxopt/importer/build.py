@@ -179,7 +179,8 @@ class _Importer:
                 _apply_type(v, self.shapes.get(p.output[0]))
                 scope.values[p.output[0]] = v
                 return
-        node = Node(p.op_type, p.domain, p.name)
+        # Unnamed nodes get a name, so explanations and errors can point at them.
+        node = Node(p.op_type, p.domain, p.name or graph.names.fresh(p.op_type))
         node.doc_string = p.doc_string
         node.overload = getattr(p, "overload", "")
         node.metadata = {m.key: m.value for m in getattr(p, "metadata_props", [])}

@@ -241,6 +241,10 @@ class Graph:
                 if v is not None:
                     _drop_use(v, node, i)
             node._inputs = [None] * len(node._inputs)
+            # A subgraph's reads of enclosing values are recorded on those values: a removed
+            # If/Loop must release them, or its producers look used forever.
+            for sub in node.subgraphs():
+                sub.remove(list(sub), safe=False)
             self._unlink(node)
             node.graph = None
 

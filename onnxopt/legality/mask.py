@@ -42,18 +42,24 @@ class MaskInfo:
 
 def classify_mask(model: Model, mask: Value, batch_dim, key_dim, query_dim) -> MaskInfo:
     """Probe ``mask`` (broadcastable to [B, H, Sq, Skv]) for causal and key-padding structure."""
-    nodes, inputs, _ = cone([mask])
+    if mask.const is not None:
+        return _classify_constant(mask)
+    nodes, inputs, _ = cone([mask], shape_leaves=True)
     looks_causal = any(n.op_type in TRIANGULAR_OPS for n in nodes) or _triangular_constant(mask,
                                                                                           nodes)
     if mask.producer is None or not nodes:
         return MaskInfo(looks_causal=looks_causal, reason="the mask is a model input or constant")
     if any(v.dtype not in ("int64", "int32", "bool", "float32", "float16") for v in inputs):
         return MaskInfo(looks_causal=looks_causal, reason="the mask depends on non-mask inputs")
+    shape_leaves = [v for v in inputs if v.producer is not None]
+    inputs = [v for v in inputs if v.producer is None]
     candidates = [v for v in inputs if v.shape is not None and len(v.shape) == 2
                   and v.shape[0] == batch_dim and v.shape[1] == key_dim]
-    if len(inputs) > 3 or any(v.shape is not None and len(v.shape) > 2 for v in inputs):
+    if len(inputs) > 3 or any(v.shape is None or len(v.shape) > 2 for v in inputs):
         return MaskInfo(looks_causal=looks_causal, reason="the mask depends on activations")
-    proto = subgraph_model(model, [mask])
+    if any(not _shape_known(v) for v in shape_leaves):
+        return MaskInfo(looks_causal=looks_causal, reason="the mask depends on unknown shapes")
+    proto = subgraph_model(model, [mask], shape_leaves=True)
     if proto is None:
         return MaskInfo(looks_causal=looks_causal, reason="the mask's subgraph cannot be cut out")
     try:
@@ -69,8 +75,9 @@ def classify_mask(model: Model, mask: Value, batch_dim, key_dim, query_dim) -> M
     pad_votes = {id(c): [] for c in candidates}
     rng = np.random.default_rng(0)
     for batch, seq in PROBE_SIZES:
-        symbols = _symbols(inputs, batch, seq)
+        symbols = _symbols(inputs + [v.producer.inputs[0] for v in shape_leaves], batch, seq)
         feeds_full = {v.name: _feed(v, symbols, rng, pad=False) for v in inputs}
+        feeds_full.update({v.name: _shape_feed(v, symbols) for v in shape_leaves})
         try:
             full = _masked(sess.run(None, feeds_full)[0])
         except Exception as e:  # noqa: BLE001
@@ -92,6 +99,23 @@ def classify_mask(model: Model, mask: Value, batch_dim, key_dim, query_dim) -> M
         info_reason = "the mask is built like a causal mask but is not causal"
     return MaskInfo(causal=causal, padding_input=padding,
                     looks_causal=looks_causal, reason=info_reason)
+
+
+def _classify_constant(mask: Value) -> MaskInfo:
+    if mask.const.size > 1 << 22:
+        return MaskInfo(reason="the mask constant is too large to inspect")
+    full = _masked(mask.const.numpy())
+    if full is None:
+        return MaskInfo(reason="the mask holds values between 0 and the masking range")
+    verdict = _is_causal(full)
+    plane = full.reshape(-1, *full.shape[-2:])[0]
+    tri = np.triu(np.ones(plane.shape, dtype=bool), 1)
+    looks = plane.shape[0] > 1 and any(np.array_equal(plane, t) for t in (
+        tri, tri.T, np.tril(np.ones(plane.shape, dtype=bool), -1), ~tri))
+    if verdict is True:
+        return MaskInfo(causal=True, looks_causal=True)
+    reason = "the mask is built like a causal mask but is not causal" if looks else None
+    return MaskInfo(looks_causal=looks, reason=reason)
 
 
 def _follows_padding(sess, feeds, full: np.ndarray, keep: np.ndarray) -> bool:
@@ -129,12 +153,33 @@ def _is_causal(masked: np.ndarray):
 
 
 def _symbols(inputs: list[Value], batch: int, seq: int) -> dict:
+    """Probe sizes per symbol: the leading axis is the batch, any other symbol the sequence."""
     sizes: dict = {}
     for v in inputs:
         for k, d in enumerate(v.shape or ()):
-            if isinstance(d, str) and d not in sizes:
+            if isinstance(d, str) and "*" not in d and d not in sizes:
                 sizes[d] = batch if k == 0 else seq
     return sizes
+
+
+def _shape_known(v: Value) -> bool:
+    src = v.producer.inputs[0]
+    return src.shape is not None and all(d is not None for d in src.shape)
+
+
+def _shape_feed(v: Value, symbols: dict) -> np.ndarray:
+    """The value ``Shape(x)`` takes at the probe sizes, from ``x``'s symbolic shape."""
+    from onnxopt.normalize.symdim import to_monomial
+
+    node = v.producer
+    dims = []
+    for d in node.inputs[0].shape:
+        coef, factors = to_monomial(d)
+        for f in factors:
+            coef *= symbols.setdefault(f, 3)
+        dims.append(coef)
+    dims = dims[slice(node.attr("start", 0), node.attr("end"))]
+    return np.array(dims, dtype=np.int64)
 
 
 def _feed(v: Value, symbols: dict, rng, pad: bool) -> np.ndarray:

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 from onnxopt.ir.graph import Graph
 from onnxopt.ir.model import Model
-from onnxopt.ir.node import Node
 
 
 def eliminate_dead_code(model: Model) -> int:
@@ -33,8 +32,7 @@ def _graph(graph: Graph) -> int:
             for sub in node.subgraphs():
                 removed += _graph(sub)
             continue
-        _drop_subgraph_reads(node)
-        graph.remove(node)
+        graph.remove(node)  # also releases what its subgraphs read from enclosing graphs
         removed += 1
     for value in list(graph.constants.values()):
         if not value.num_uses and value not in outputs:
@@ -42,10 +40,3 @@ def _graph(graph: Graph) -> int:
             removed += 1
     return removed
 
-
-def _drop_subgraph_reads(node: Node) -> None:
-    """Remove a dead node's subgraph contents, so their reads of outer values stop counting."""
-    for sub in node.subgraphs():
-        for inner in list(sub):
-            _drop_subgraph_reads(inner)
-        sub.remove(list(sub), safe=False)

@@ -33,7 +33,14 @@ from onnxopt.ir.graph import Graph
 from onnxopt.ir.model import Model
 from onnxopt.ir.node import Node
 from onnxopt.ir.value import Value
-from onnxopt.normalize._common import all_graphs, ints_attr, is_op, is_private, new_node, remove_chain
+from onnxopt.normalize._common import (
+    all_graphs,
+    ints_attr,
+    is_op,
+    is_private,
+    new_node,
+    remove_chain,
+)
 
 NAME = "transpose_into_matmul"
 _FLAGS = ("transpose_a", "transpose_b")

@@ -153,7 +153,7 @@ def test_import_of_a_huge_sparse_weight_reads_nothing(tmp_path, monkeypatch):
     monkeypatch.setattr(LazyTensor, "numpy", refuse)
     monkeypatch.setattr(LazyTensor, "raw_chunks", refuse)
     model = import_model(path)
-    proto, external = export_model_lazy(model)
+    _, external = export_model_lazy(model)
     assert list(external) == ["w"]
     assert model.graph.constants["w"].shape == (2 << 20, 1024)
 
@@ -181,7 +181,7 @@ def test_save_streams_weights_with_flat_memory(tmp_path):
     """)
     env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env,
-                          timeout=120)
+                          timeout=120, check=False)
     assert done.returncode == 0, done.stderr
     grew_mb, proto_bytes = map(int, done.stdout.split())
     assert grew_mb < 64, grew_mb  # two 16 MB chunks at most; loading the weight adds 256 MB

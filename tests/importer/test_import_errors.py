@@ -165,8 +165,8 @@ def case_external_absolute(d: Path, models: Path):
     secret = d.parent / f"{d.name}-secret.bin"
     np.arange(16, dtype=np.float32).tofile(secret)
     return (_external_model(d, str(secret)),
-            f"external data for tensor 'w' uses an absolute path '{secret}'; refusing to read "
-            "outside the model's folder", 1)
+            (f"external data for tensor 'w' uses an absolute path '{secret}'; refusing to read "
+             "outside the model's folder"), 1)
 
 
 def case_external_dotdot(d: Path, models: Path):
@@ -217,7 +217,7 @@ def test_bad_input_is_one_line(case, tmp_path, models_dir, cli):
     d.mkdir()
     path, message, code = CASES[case](d, models_dir)
     before = _files(tmp_path)
-    rc, out, err = cli("optimize", path)
+    rc, _, err = cli("optimize", path)
     assert (rc, err.count("\n")) == (code, 1), err
     assert err.startswith(f"onnxopt: error: {path}: {message}"), err
     if not message.endswith(": "):

@@ -155,9 +155,9 @@ def test_walk_while_removing_visits_each_survivor_once(picks):
     for node in g:
         seen.append(node.outputs[0].name)
         for other in list(g):
-            if other.outputs[0].name in doomed and other.outputs[0].name != seen[-1]:
-                if other.outputs[0].name not in seen and len(doomed) % 2:
-                    g.remove(other, safe=False)  # a node ahead of the walk
+            name = other.outputs[0].name
+            if name in doomed and name not in seen and len(doomed) % 2:
+                g.remove(other, safe=False)  # a node ahead of the walk
         if seen[-1] in doomed:
             g.remove(node, safe=False)
     assert len(seen) == len(set(seen))

@@ -61,3 +61,20 @@ def test_dead_node_with_subgraph_releases_its_outer_reads(check):
       Y = Abs(X)
     }""", eliminate_dead_code)
     assert result.ops == ["Abs"]
+
+
+def test_removing_a_node_releases_its_subgraph_reads(onnx_text):
+    """Graph.remove on an If: the outer value its branch read is no longer used by it."""
+    from onnxopt.importer import import_model
+
+    model = import_model(onnx_text("""
+    g (bool C, float[2] X) => (float[2] Y) {
+      T = Neg(X)
+      Z = If(C) <then_branch = g1 () => (float[2] a) { a = Add(T, T) },
+                 else_branch = g2 () => (float[2] b) { b = Identity(T) }>
+      Y = Abs(X)
+    }"""))
+    neg, if_node, _ = model.graph
+    assert neg.output.num_uses == 3
+    model.graph.remove(if_node)
+    assert neg.output.num_uses == 0

@@ -13,7 +13,8 @@ import onnxopt
 from onnxopt.exporter import export_model
 from onnxopt.importer import import_model
 from onnxopt.ir.verifier import verify_graph
-from onnxopt.normalize.driver import run_passes
+from onnxopt.normalize.driver import PASSES, run_passes
+from onnxopt.normalize.shapes import infer_shapes
 
 MODELS_DIR = os.path.join(os.path.dirname(__file__), "..", "..", "models")
 MODELS = sorted(glob.glob(os.path.join(MODELS_DIR, "*.onnx")))
@@ -23,14 +24,21 @@ def _count(model) -> int:
     return sum(1 for _ in model.graph.all_nodes())
 
 
+def _with_shapes(model):
+    """The whole normalize stage: the lead's shape inference first, then these passes."""
+    passes = [("shapes", infer_shapes), *PASSES]
+    return run_passes(model, debug=True, passes=passes)
+
+
+@pytest.mark.parametrize("stage", ["passes", "with_shapes"])
 @pytest.mark.parametrize("path", MODELS, ids=[os.path.basename(p) for p in MODELS])
-def test_normalized_model_computes_the_same(path, tmp_path):
+def test_normalized_model_computes_the_same(path, stage, tmp_path):
     model = import_model(path)
     before = _count(model)
-    counts = run_passes(model, debug=True)
+    counts = run_passes(model, debug=True) if stage == "passes" else _with_shapes(model)
     verify_graph(model.graph)
     after = _count(model)
-    print(f"{os.path.basename(path)}: {before} -> {after} nodes; {counts}")
+    print(f"{os.path.basename(path)} ({stage}): {before} -> {after} nodes; {counts}")
     assert after < before
 
     out = tmp_path / "normalized.onnx"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ctypes
+import functools
 
 _DTYPE_ALIASES = {
     "float32": "float32",
@@ -18,6 +19,7 @@ _DTYPE_ALIASES = {
 }
 
 
+@functools.lru_cache(maxsize=64)
 def canonical_dtype(dtype: object) -> str:
     """ "float32" / "float16" / "bfloat16" from a name, a NumPy dtype or a torch dtype."""
     name = str(dtype).lower().removeprefix("torch.")

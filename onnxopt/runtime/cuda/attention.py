@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any
 
@@ -22,8 +23,15 @@ def select_variant(
 ) -> dict[str, Any]:
     """The variant to launch: an explicit ``tile`` ((BM, BN) or an entry name) wins; otherwise the
     128-row tile, unless it would leave the GPU's multiprocessors without one block each, then
-    the 64-row tile. A pure function of its arguments (unit-tested without a GPU)."""
-    dtype = canonical_dtype(dtype)
+    the 64-row tile. A pure function of its arguments (unit-tested without a GPU); cached, so
+    the returned dict is shared: do not modify it."""
+    if tile is not None and not isinstance(tile, str):
+        tile = tuple(int(t) for t in tile)
+    return _select(canonical_dtype(dtype), head_dim, sq, batch_heads, sm_count, tile)
+
+
+@functools.lru_cache(maxsize=1024)
+def _select(dtype, head_dim, sq, batch_heads, sm_count, tile) -> dict[str, Any]:
     candidates = [
         v for v in metadata.variants(FAMILY) if v["dtype"] == dtype and v["head_dim"] == head_dim
     ]
@@ -40,7 +48,7 @@ def select_variant(
         raise ValueError(f"{tile!r} is not a {dtype} head-dim {head_dim} variant")
     if tile is not None:
         for v in candidates:
-            if (v["BM"], v["BN"]) == tuple(tile):
+            if (v["BM"], v["BN"]) == tile:
                 return v
         tiles = sorted((v["BM"], v["BN"]) for v in candidates)
         raise ValueError(f"no {dtype} head-dim {head_dim} variant with tile {tile}; have {tiles}")

@@ -212,7 +212,7 @@ def launch(
     stream: int = 0,
 ) -> None:
     """cuLaunchKernel. ``args`` are ctypes scalars matching the kernel's parameter list exactly."""
-    params = (_void_p * len(args))(*[ctypes.cast(ctypes.byref(a), _void_p) for a in args])
+    params = (_void_p * len(args))(*[ctypes.addressof(a) for a in args])
     _call(
         "cuLaunchKernel",
         _void_p(function),

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from . import driver, loader, metadata
@@ -14,12 +15,16 @@ FAMILY = "layer_norm"
 def select_variant(dtype: str, hidden: int, *ptrs: int) -> tuple[dict[str, Any], int]:
     """(variant, threads per block): the widest vector width that ``hidden`` and the pointers'
     alignment allow, and a block of about two vectors per thread. Pure; unit-tested."""
-    dtype = canonical_dtype(dtype)
+    return _select(canonical_dtype(dtype), hidden, aligned(16, *ptrs))
+
+
+@functools.lru_cache(maxsize=256)
+def _select(dtype: str, hidden: int, vec_aligned: bool) -> tuple[dict[str, Any], int]:
     options = sorted(
         (v for v in metadata.variants(FAMILY) if v["dtype"] == dtype), key=lambda v: -v["VEC"]
     )
     for v in options:
-        if hidden % v["VEC"] == 0 and (v["VEC"] == 1 or aligned(16, *ptrs)):
+        if hidden % v["VEC"] == 0 and (v["VEC"] == 1 or vec_aligned):
             nvec = hidden // v["VEC"]
             threads = min(1024, max(32, cdiv(cdiv(nvec, 2), 32) * 32))
             if cdiv(nvec, threads) <= v["MAXIT"]:

@@ -1,0 +1,304 @@
+"""CPU speed of onnxopt's output against the original export and two anchors (issue 4).
+
+    python benchmarks/cpu_speed.py                      # everything (~10 min on 2 cores)
+    python benchmarks/cpu_speed.py --models gpt2 --exporters dynamo --shapes 1x128 --runs 5
+    python benchmarks/cpu_speed.py --skip-export        # reuse the exports in benchmarks/_work
+    python benchmarks/cpu_speed.py --export-python /path/to/venv-export/bin/python
+
+Builds mid-size GPT-2, BERT and LLaMA (hidden 512, 8 heads, 4 layers, MLP 2048,
+vocab 8192, LLaMA with 4 key/value heads; random weights, seeded) with
+``models/export.py``'s builders, exports each with both PyTorch exporters (in
+the export venv, which has torch), and times, in ONNX Runtime on the CPU
+provider with 1 intra-op thread and ``allow_spinning`` off:
+
+- ``original``: the export as is;
+- ``ort-opt``: ``onnxruntime.transformers.optimizer.optimize_model`` (model_type
+  gpt2 / bert, and qwen3 — decoder-only with RoPE, GQA, RMSNorm — for LLaMA;
+  default opt_level);
+- ``onnxscript``: ``onnxscript.rewriter.ort_fusions.optimize_for_ort`` (run in the
+  export venv);
+- ``onnxopt``: ``onnxopt optimize --target cpu``;
+- ``onnxopt-tune``: the same with ``--tune`` (the tuning cache lives in
+  benchmarks/_work/cpu_speed/tuning.json and is reused by later runs; ``--fresh-tune``
+  deletes it first).
+
+Every shape (batch x seq) runs the variants interleaved (one run of each per round,
+the order rotated every round), after ``--warmup`` runs each; the figure is the
+median of ``--runs`` rounds, and the table shows speed = original time / variant time.
+Variant outputs are compared with the original's (max relative error). Onnxopt files
+that come out byte-identical are timed once. Generated files go to
+benchmarks/_work/cpu_speed/ (gitignored).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import hashlib
+import json
+import math
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+WORK = ROOT / "benchmarks" / "_work" / "cpu_speed"
+EXPORT_PYTHON = "/work/venv-export/bin/python"
+
+MODELS = {"gpt2": "gpt2", "bert": "bert", "llama": "qwen3"}  # name -> ORT optimizer model_type
+CONFIG = dict(HIDDEN=512, LAYERS=4, HEADS=8, KV_HEADS=4, INTERMEDIATE=2048, VOCAB=8192,
+              MAX_POS=1024)
+VARIANTS = ("original", "ort-opt", "onnxscript", "onnxopt", "onnxopt-tune")
+
+
+# --------------------------------------------------------------------------- export venv stages
+
+
+def stage_export(names: list[str], exporters: list[str]) -> None:
+    """(export venv) Build and export the mid-size models with models/export.py's builders."""
+    import warnings
+
+    sys.path.insert(0, str(ROOT / "models"))
+    import export as ex  # models/export.py
+
+    for key, value in CONFIG.items():
+        setattr(ex, key, value)
+    WORK.mkdir(parents=True, exist_ok=True)
+    fns = {"ts": ex.export_ts, "dynamo": ex.export_dynamo}
+    for name in names:
+        for tag in exporters:
+            path = WORK / f"{name}.{tag}.onnx"
+            if path.exists():
+                continue
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                proto = fns[tag](ex.SPECS[name], ex.build(ex.SPECS[name]))
+            import onnx
+
+            onnx.save_model(proto, str(path), save_as_external_data=False)
+            print(f"  exported {path.name}: {len(proto.graph.node)} nodes", flush=True)
+
+
+def stage_onnxscript(paths: list[str]) -> None:
+    """(export venv) onnxscript's ORT fusions, as its users run them."""
+    import onnx_ir as ir
+    from onnxscript.rewriter.ort_fusions import optimize_for_ort
+
+    for src in paths:
+        dst = _variant_path(Path(src), "onnxscript")
+        if dst.exists():
+            continue
+        model = ir.load(src)
+        model, counts = optimize_for_ort(model)
+        ir.save(model, str(dst))
+        fused = {k: v for k, v in counts.items() if v}
+        print(f"  onnxscript {Path(src).name}: {fused}", flush=True)
+
+
+# --------------------------------------------------------------------------- main venv stages
+
+
+def _variant_path(src: Path, variant: str) -> Path:
+    base = src.name.removesuffix(".onnx")
+    return src.with_name(f"{base}.{variant}.onnx") if variant != "original" else src
+
+
+def ort_optimizer(src: Path, model_type: str) -> None:
+    from onnxruntime.transformers.optimizer import optimize_model
+
+    dst = _variant_path(src, "ort-opt")
+    if dst.exists():
+        return
+    opt = optimize_model(str(src), model_type=model_type, num_heads=CONFIG["HEADS"],
+                         hidden_size=CONFIG["HIDDEN"], use_gpu=False)
+    opt.save_model_to_file(str(dst))
+    fused = {k: v for k, v in opt.get_fused_operator_statistics().items() if v}
+    print(f"  ort optimizer {src.name} ({model_type}): {fused}", flush=True)
+
+
+def onnxopt(src: Path, tune: bool, cache: Path) -> float:
+    """Run ``onnxopt optimize --target cpu`` (from this checkout) and return its seconds."""
+    variant = "onnxopt-tune" if tune else "onnxopt"
+    dst = _variant_path(src, variant)
+    cmd = [sys.executable, "-m", "onnxopt", "optimize", str(src), "-o", str(dst), "--target",
+           "cpu", "-q", "--json", str(dst.with_suffix(".json"))]
+    if tune:
+        cmd += ["--tune", "--tune-cache", str(cache)]
+    start = time.perf_counter()
+    subprocess.run(cmd, check=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    seconds = time.perf_counter() - start
+    report = json.loads(dst.with_suffix(".json").read_text())
+    chosen = (report.get("select") or {}).get("chosen", {})
+    print(f"  {variant} {src.name}: {seconds:.1f} s, kernels {chosen}", flush=True)
+    return seconds
+
+
+def session(path: Path):
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = 1
+    so.inter_op_num_threads = 1
+    so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    so.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    so.add_session_config_entry("session.inter_op.allow_spinning", "0")
+    so.log_severity_level = 3
+    return ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+
+
+def feeds(batch: int, seq: int, vocab: int) -> dict:
+    import numpy as np
+
+    rng = np.random.default_rng(batch * 1000 + seq)
+    return {"input_ids": rng.integers(2, vocab, (batch, seq), dtype=np.int64),
+            "attention_mask": np.ones((batch, seq), np.int64)}
+
+
+def time_model(files: dict[str, Path], shapes: list[tuple[int, int]], runs: int,
+               warmup: int) -> dict:
+    """Interleaved timing of every variant at every shape; returns medians and errors."""
+    import numpy as np
+
+    unique: dict[str, str] = {}  # variant -> variant whose identical file it reuses
+    digests: dict[str, str] = {}
+    for variant, path in files.items():
+        digest = hashlib.sha256(path.read_bytes()).hexdigest()
+        unique[variant] = digests.setdefault(digest, variant)
+    timed = [v for v in files if unique[v] == v]
+    sessions = {v: session(files[v]) for v in timed}
+    out: dict = {}
+    for batch, seq in shapes:
+        inputs = feeds(batch, seq, CONFIG["VOCAB"])
+        ref = sessions["original"].run(None, inputs)[0]
+        errors = {}
+        for v in timed:
+            got = sessions[v].run(None, inputs)[0]
+            errors[v] = float(np.abs(got - ref).max() / max(1.0, float(np.abs(ref).max())))
+            for _ in range(warmup - 1):
+                sessions[v].run(None, inputs)
+        samples: dict[str, list[float]] = {v: [] for v in timed}
+        for r in range(runs):
+            order = timed[r % len(timed):] + timed[:r % len(timed)]
+            for v in order:
+                start = time.perf_counter()
+                sessions[v].run(None, inputs)
+                samples[v].append(time.perf_counter() - start)
+        medians = {v: statistics.median(samples[unique[v]]) for v in files}
+        out[f"{batch}x{seq}"] = {"ms": {v: medians[v] * 1000 for v in files},
+                                 "rel_err": {v: errors[unique[v]] for v in files}}
+        row = "  ".join(f"{v} {medians['original'] / medians[v]:.3f}" for v in files)
+        print(f"    {batch}x{seq}: original {medians['original'] * 1000:.1f} ms; {row}", flush=True)
+    return out
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown CPU"
+
+
+def table(results: dict, shapes: list[str]) -> str:
+    """Markdown: one row per model and shape, speed of each variant vs the original."""
+    variants = [v for v in VARIANTS if v != "original"]
+    lines = ["| model | shape | original ms | " + " | ".join(variants) + " | onnxopt ≥ best anchor |",
+             "|---|---|---:|" + "---:|" * len(variants) + ":---:|"]
+    speeds: dict[str, list[float]] = {v: [] for v in variants}
+    for model, per_shape in results.items():
+        for shape in shapes:
+            ms = per_shape[shape]["ms"]
+            s = {v: ms["original"] / ms[v] for v in variants if v in ms}
+            for v, x in s.items():
+                speeds[v].append(x)
+            anchors = max(s.get("ort-opt", 0), s.get("onnxscript", 0))
+            best = max(s.get("onnxopt", 0), s.get("onnxopt-tune", 0))
+            lines.append(f"| {model} | {shape} | {ms['original']:.1f} | "
+                         + " | ".join(f"{s[v]:.3f}" if v in s else "–" for v in variants)
+                         + f" | {'yes' if best >= anchors else 'no'} |")
+    geo = {v: math.exp(statistics.fmean(math.log(x) for x in xs)) for v, xs in speeds.items() if xs}
+    lines.append("| **geometric mean** | | | " + " | ".join(
+        f"**{geo[v]:.3f}**" if v in geo else "–" for v in variants) + " | |")
+    lines.append("| **minimum** | | | " + " | ".join(
+        f"{min(speeds[v]):.3f}" if speeds[v] else "–" for v in variants) + " | |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--stage", choices=["export", "onnxscript"], help=argparse.SUPPRESS)
+    ap.add_argument("--paths", nargs="*", default=[], help=argparse.SUPPRESS)
+    ap.add_argument("--models", default=",".join(MODELS))
+    ap.add_argument("--exporters", default="ts,dynamo")
+    ap.add_argument("--shapes", default="1x128,1x512,8x128")
+    ap.add_argument("--runs", type=int, default=20, help="timed rounds (median of these)")
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--export-python", default=EXPORT_PYTHON,
+                    help="python with torch, transformers and onnxscript (export + onnxscript)")
+    ap.add_argument("--skip-export", action="store_true", help="reuse files in benchmarks/_work")
+    ap.add_argument("--fresh-tune", action="store_true", help="delete the tuning cache first")
+    ap.add_argument("--json", default=str(WORK / "results.json"))
+    args = ap.parse_args(argv)
+    names = [n for n in args.models.split(",") if n]
+    exporters = [e for e in args.exporters.split(",") if e]
+    if args.stage == "export":
+        stage_export(names, exporters)
+        return 0
+    if args.stage == "onnxscript":
+        stage_onnxscript(args.paths)
+        return 0
+
+    shapes = [tuple(int(x) for x in s.split("x")) for s in args.shapes.split(",")]
+    WORK.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    sources = [WORK / f"{n}.{e}.onnx" for n in names for e in exporters]
+    if not args.skip_export:
+        for p in sources:
+            for v in VARIANTS[1:]:
+                _variant_path(p, v).unlink(missing_ok=True)
+        print("export (export venv) ...", flush=True)
+        subprocess.run([args.export_python, __file__, "--stage", "export", "--models",
+                        ",".join(names), "--exporters", ",".join(exporters)], check=True)
+    missing = [p for p in sources if not _variant_path(p, "onnxscript").exists()]
+    if missing:
+        subprocess.run([args.export_python, __file__, "--stage", "onnxscript", "--paths",
+                        *map(str, missing)], check=True)
+    cache = WORK / "tuning.json"
+    if args.fresh_tune:
+        cache.unlink(missing_ok=True)
+    optimize_seconds = {}
+    for src in sources:
+        ort_optimizer(src, MODELS[src.name.split(".")[0]])
+        optimize_seconds[src.name] = {"onnxopt": onnxopt(src, False, cache),
+                                      "onnxopt-tune": onnxopt(src, True, cache)}
+    results = {}
+    for src in sources:
+        name = src.name.removesuffix(".onnx")
+        print(f"timing {name} ...", flush=True)
+        files = {v: _variant_path(src, v) for v in VARIANTS}
+        results[name] = time_model(files, shapes, args.runs, args.warmup)
+    shape_keys = [f"{b}x{s}" for b, s in shapes]
+    md = table(results, shape_keys)
+    print()
+    print(md)
+    import onnxruntime
+
+    meta = {"date": subprocess.run(["date"], capture_output=True, text=True).stdout.strip(),
+            "machine": f"{os.cpu_count()} cores, {cpu_model()}", "onnxruntime": onnxruntime.__version__,
+            "command": "python benchmarks/cpu_speed.py " + " ".join(argv or sys.argv[1:]),
+            "seconds": round(time.perf_counter() - started, 1), "optimize_seconds": optimize_seconds}
+    print(f"\n{meta['date']}; {meta['machine']}; onnxruntime {meta['onnxruntime']}; "
+          f"{meta['seconds']} s in all")
+    Path(args.json).write_text(json.dumps({"meta": meta, "results": results, "table": md},
+                                          indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,216 @@
+"""The attention rule: every exporter's attention fuses; look-alikes stay untouched, with reasons."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from onnxopt.importer import import_model
+from onnxopt.options import OptimizeOptions
+from onnxopt.pipeline import run_pipeline
+from onnxopt.verification import verify_models
+
+
+def _fused_ops(result) -> list:
+    return [n for n in result.model.graph.all_nodes() if n.op_type == "AttentionFused"]
+
+
+def test_every_attention_block_of_every_model_fuses(model_path):
+    """100 %: one AttentionFused per Softmax of the original, and the result computes the same."""
+    result = run_pipeline(str(model_path), OptimizeOptions(target="cpu"))
+    softmaxes = result.report.nodes_before["Softmax"]
+    fusion = result.report.stages["fuse"]
+    assert softmaxes > 0
+    assert fusion.count("attention") == softmaxes, fusion.summary().get("attention")
+    assert fusion.count("attention", "refused") == 0
+    report = verify_models(str(model_path), result.proto, runs=3)
+    assert report.ok, report.to_json()
+
+
+@pytest.mark.parametrize("name, kind", [
+    ("gpt2.ts", "causal+key_padding"), ("gpt2.dynamo", "causal+key_padding"),
+    ("llama.ts", "causal+key_padding"), ("llama.dynamo", "causal+key_padding"),
+    ("bert.ts", "key_padding"), ("bert.dynamo", "key_padding"), ("vit.ts", None),
+])
+def test_masks_are_classified(models_dir, name, kind):
+    from onnxopt import fuse, normalize
+    from onnxopt.legality.target import Target
+    from onnxopt.match.driver import fuse as run_fuse
+    from onnxopt.rules.attention import Attention
+
+    model = import_model(str(models_dir / f"{name}.onnx"))
+    normalize.run(model, OptimizeOptions())
+    run_fuse(model, [Attention()], Target())
+    nodes = [n for n in model.graph if n.op_type == "AttentionFused"]
+    assert nodes
+    for n in nodes:
+        assert n.attr("mask_kind") == (kind or "none")
+        assert n.attr("causal") == int("causal" in (kind or ""))
+    assert fuse is not None
+
+
+def test_grouped_query_attention_reads_unrepeated_kv(models_dir):
+    model = import_model(str(models_dir / "llama.dynamo.onnx"))
+    from onnxopt import fuse, normalize
+
+    options = OptimizeOptions(target="cpu")
+    normalize.run(model, options)
+    fuse.run(model, options)
+    nodes = [n for n in model.graph if n.op_type == "AttentionFused"]
+    assert [(n.attr("num_heads"), n.attr("kv_num_heads")) for n in nodes] == [(4, 2), (4, 2)]
+    for n in nodes:
+        assert n.inputs[1].shape[1] == 2 and n.inputs[2].shape[1] == 2
+
+
+ATTENTION = """
+g (float[batch, 4, seq, 16] q, float[batch, 4, seq, 16] k, float[batch, 4, seq, 16] v,
+   float[batch, 1, seq, seq] m) => ({outputs}) {{
+    kt = Transpose <perm = [0, 1, 3, 2]> (k)
+    s = MatMul (q, kt)
+    c = Constant <value = {scale}> ()
+    ss = Mul (s, c)
+    a = Add (ss, m)
+    p = Softmax <axis = {axis}> (a)
+    o = MatMul (p, v)
+}}
+"""
+
+
+def _attention(make_model, *, outputs="float[batch, 4, seq, 16] o", scale="float {0.25}",
+               axis=-1):
+    return make_model(ATTENTION.format(outputs=outputs, scale=scale, axis=axis))
+
+
+def _explain(proto, **options):
+    result = run_pipeline(proto, OptimizeOptions(target="cpu", **options))
+    fusion = result.report.stages["fuse"]
+    return result, [r for r in fusion.regions if r.rule == "attention"]
+
+
+def _assert_refused(make_model, proto, reason):
+    result, regions = _explain(proto)
+    assert [(r.status, r.detail) for r in regions] == [("refused", reason)]
+    assert not _fused_ops(result)
+    assert verify_models(proto, result.proto).ok
+
+
+def test_text_attention_fuses(make_model):
+    proto = _attention(make_model)
+    result, regions = _explain(proto)
+    assert [r.status for r in regions] == ["fused"]
+    assert [n.op_type for n in result.model.graph.all_nodes()].count("AttentionFused") == 0  # lowered
+    assert verify_models(proto, result.proto).ok
+
+
+def test_softmax_over_another_axis_is_refused(make_model):
+    _assert_refused(make_model, _attention(make_model, axis=2),
+                    "Softmax: the softmax runs over axis [2], not the last axis (3)")
+
+
+def test_scale_that_is_not_a_scalar_is_refused(make_model):
+    scale = "float[1, 4, 1, 1] {0.25, 0.25, 0.25, 0.5}"
+    _assert_refused(make_model, _attention(make_model, scale=scale),
+                    "%c: the attention scale is not a scalar (shape [1, 4, 1, 1])")
+
+
+def test_probabilities_that_are_a_graph_output_are_refused(make_model):
+    proto = _attention(make_model, outputs="float[batch, 4, seq, 16] o, float[batch, 4, seq, seq] p")
+    _assert_refused(make_model, proto, "%p is a graph output, so it must stay computed")
+
+
+def test_intermediate_with_an_extra_reader_is_refused(make_model):
+    text = ATTENTION.format(outputs="float[batch, 4, seq, 16] o, float[batch, 4, seq, seq] e",
+                            scale="float {0.25}", axis=-1).replace(
+        "o = MatMul (p, v)", "o = MatMul (p, v)\n    e = Exp (a)")
+    proto = make_model(text)
+    result, regions = _explain(proto)
+    assert [(r.status, r.detail.split(" is also used by ")[0]) for r in regions] == [
+        ("refused", "%a")]
+    assert verify_models(proto, result.proto).ok
+
+
+def test_strict_determinism_refuses_attention(make_model):
+    proto = _attention(make_model)
+    _, regions = _explain(proto, determinism="strict")
+    assert [(r.status, r.detail) for r in regions] == [(
+        "refused", "determinism is strict, and a fused attention (streaming softmax) may change "
+        "the order of its floating-point reductions")]
+
+
+def test_mask_larger_than_the_scores_is_refused(make_model):
+    text = ATTENTION.format(outputs="float[batch, 4, seq, 16] o", scale="float {0.25}", axis=-1)
+    text = text.replace("float[batch, 1, seq, seq] m", "float[batch, 4, seq, seq] m").replace(
+        "k, float[batch, 4, seq, 16] v", "k, float[batch, 4, seq, 16] v").replace(
+        "float[batch, 4, seq, 16] q,", "float[batch, 1, seq, 16] q,").replace(
+        "float[batch, 4, seq, 16] k,", "float[batch, 1, seq, 16] k,").replace(
+        "float[batch, 4, seq, 16] v,", "float[batch, 1, seq, 16] v,")
+    proto = make_model(text)
+    result, regions = _explain(proto)
+    assert [(r.status, r.detail) for r in regions] == [(
+        "refused", "%m: a mask of shape ['batch', 4, 'seq', 'seq'] would enlarge scores "
+        "['batch', 1, 'seq', 'seq']")]
+
+
+ANTI_CAUSAL = """
+g (float[batch, 4, seq, 16] q, float[batch, 4, seq, 16] k, float[batch, 4, seq, 16] v)
+  => (float[batch, 4, seq, 16] o) {
+    shape = Shape (q)
+    two = Constant <value = int64 {2}> ()
+    n = Gather (shape, two)
+    zero = Constant <value = int64 {0}> ()
+    one = Constant <value = int64 {1}> ()
+    r = Range (zero, n, one)
+    ax0 = Constant <value = int64[1] {0}> ()
+    ax1 = Constant <value = int64[1] {1}> ()
+    i = Unsqueeze (r, ax1)
+    j = Unsqueeze (r, ax0)
+    lower = Less (j, i)
+    big = Constant <value = float {-1e9}> ()
+    nil = Constant <value = float {0}> ()
+    m = Where (lower, big, nil)
+    kt = Transpose <perm = [0, 1, 3, 2]> (k)
+    s = MatMul (q, kt)
+    c = Constant <value = float {0.25}> ()
+    ss = Mul (s, c)
+    a = Add (ss, m)
+    p = Softmax <axis = -1> (a)
+    o = MatMul (p, v)
+}
+"""
+
+
+def test_triangular_mask_that_is_not_causal_is_refused(make_model):
+    proto = make_model(ANTI_CAUSAL)
+    result, regions = _explain(proto)
+    assert len(regions) == 1 and regions[0].status == "refused"
+    assert regions[0].detail.endswith(": the mask is built like a causal mask but is not causal")
+    assert verify_models(proto, result.proto).ok
+
+
+def test_real_causal_mask_from_ranges_is_proved_causal(make_model):
+    proto = make_model(ANTI_CAUSAL.replace("lower = Less (j, i)", "lower = Less (i, j)"))
+    from onnxopt import fuse, normalize
+
+    model = import_model(proto)
+    options = OptimizeOptions(target="cpu")
+    normalize.run(model, options)
+    fuse.run(model, options)
+    (node,) = [n for n in model.graph if n.op_type == "AttentionFused"]
+    assert node.attr("causal") == 1 and node.attr("mask_kind") == "causal"
+
+
+def test_reference_matches_decomposition_in_onnxruntime(make_model):
+    """The NumPy reference of AttentionFused agrees with what the fused model computes."""
+    import onnxruntime as ort
+
+    from onnxopt.ops.attention import reference
+
+    proto = _attention(make_model)
+    rng = np.random.default_rng(0)
+    q, k, v = (rng.standard_normal((2, 4, 5, 16)).astype(np.float32) for _ in range(3))
+    m = np.where(rng.random((2, 1, 5, 5)) < 0.2, -1e9, 0).astype(np.float32)
+    result = run_pipeline(proto, OptimizeOptions(target="cpu"))
+    sess = ort.InferenceSession(result.proto.SerializeToString(), providers=["CPUExecutionProvider"])
+    (got,) = sess.run(None, {"q": q, "k": k, "v": v, "m": m})
+    want = reference(q, k, v, m, scale=0.25)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
