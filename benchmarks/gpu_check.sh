@@ -6,7 +6,7 @@
 #
 # 1. installs PyCUDA from the sdist in benchmarks/_wheels/ (offline; optional: only the PyCUDA
 #    interop test needs it, the kernels launch through the driver API without it);
-# 2. runs the GPU tests (pytest -m gpu tests/kernels) -> $OUT/pytest_gpu.txt, junit xml;
+# 2. runs the GPU tests (pytest -m gpu tests/kernels) -> $OUT/pytest_gpu.txt;
 # 3. runs benchmarks/gpu_kernels.py -> $OUT/gpu_kernels.md and .json.
 #
 # benchmarks/_wheels/ is filled once, on a machine with network access (cp312, x86-64 Linux):
@@ -27,7 +27,6 @@ OUT=${OUT:-$ROOT/benchmarks/_work/gpu_check}
 WHEELS=$ROOT/benchmarks/_wheels
 mkdir -p "$OUT"
 export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
-export ONNXOPT_CACHE_DIR=${ONNXOPT_CACHE_DIR:-$OUT/cubin-cache}
 status=0
 
 {
@@ -100,19 +99,28 @@ if [ "${SKIP_PYCUDA:-0}" != 1 ]; then
 fi
 
 # --- 2. GPU tests --------------------------------------------------------------------------------
+# Without a usable device every GPU test would skip and this check would look green: fail loudly.
+if ! "$PY" -c "
+import sys
+from onnxopt.runtime.cuda import compiler, driver
+ok = driver.available() and compiler.find_nvcc() is not None
+print('device:', 'ok' if ok else 'NOT USABLE (no driver/device, or no nvcc)')
+sys.exit(0 if ok else 1)
+"; then
+    status=1
+fi
 echo "# GPU tests"
-"$PY" -m pytest -q -m gpu tests/kernels -rs --junitxml="$OUT/pytest_gpu.xml" -p no:cacheprovider \
-    2>&1 | tee "$OUT/pytest_gpu.txt"
+"$PY" -m pytest -q -m gpu tests/kernels -rs -p no:cacheprovider 2>&1 | tee "$OUT/pytest_gpu.txt"
 test_rc=${PIPESTATUS[0]}
-((test_rc)) && status=1
+if ((test_rc)); then status=1; fi
 
 # --- 3. benchmark ----------------------------------------------------------------------------------
 if [ "${SKIP_BENCH:-0}" != 1 ]; then
     echo "# benchmark"
     quick=()
     [ "${QUICK:-0}" = 1 ] && quick=(--quick)
-    "$PY" benchmarks/gpu_kernels.py --out "$OUT" "${quick[@]}" 2>&1 | tee "$OUT/gpu_kernels.txt"
-    ((PIPESTATUS[0])) && status=1
+    "$PY" benchmarks/gpu_kernels.py --out "$OUT" ${quick[@]+"${quick[@]}"} 2>&1 | tee "$OUT/gpu_kernels.txt"
+    if ((PIPESTATUS[0])); then status=1; fi
 fi
 
 echo "gpu_check: tests rc=$test_rc, overall status=$status, results in $OUT"

@@ -8,7 +8,7 @@ from onnxopt.cli import debug_option, write_json
 
 
 @click.command("explain")
-@click.argument("model", type=click.Path(dir_okay=False))
+@click.argument("model", type=click.Path())
 @click.option("--rule", default=None, help="Only this rule's regions.")
 @click.option("--target", type=click.Choice(["cpu", "cuda"]), default=None)
 @click.option("--determinism", type=click.Choice(["strict", "relaxed"]), default="relaxed")

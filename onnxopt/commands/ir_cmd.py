@@ -8,7 +8,7 @@ from onnxopt.cli import debug_option
 
 
 @click.command("ir")
-@click.argument("model", type=click.Path(dir_okay=False))
+@click.argument("model", type=click.Path())
 @click.option("--normalized", is_flag=True, help="Print the IR after normalization.")
 @debug_option
 def ir(model: str, normalized: bool, debug: bool) -> None:

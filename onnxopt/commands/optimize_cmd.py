@@ -16,7 +16,7 @@ def default_output(path: str) -> str:
 
 
 @click.command("optimize")
-@click.argument("model", type=click.Path(dir_okay=False))
+@click.argument("model", type=click.Path())
 @click.option("-o", "--output", type=click.Path(), default=None,
               help="Where to write the result (default: MODEL with .opt.onnx).")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,

@@ -8,8 +8,8 @@ from onnxopt.cli import debug_option, write_json
 
 
 @click.command("verify")
-@click.argument("original", type=click.Path(dir_okay=False))
-@click.argument("optimized", type=click.Path(dir_okay=False))
+@click.argument("original", type=click.Path())
+@click.argument("optimized", type=click.Path())
 @click.option("--runs", default=3, show_default=True, type=click.IntRange(2, 20),
               help="Number of input size sets (batch 1/2, several sequence lengths).")
 @click.option("--seed", default=0, show_default=True, type=int)

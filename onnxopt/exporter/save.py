@@ -85,7 +85,7 @@ def _write_data_file(tensors: list[TensorProto], external: dict[str, LazyTensor]
     wrote = False
     with open(tmp, "wb") as f:
         for t in tensors:
-            if _is_placeholder(t) and external[t.name].nbytes < EXTERNAL_THRESHOLD:
+            if _is_placeholder(t) and 0 < _source_size(external[t.name]) < EXTERNAL_THRESHOLD:
                 # Small tensors (shapes, axes) go inline, as onnx's own saver does: shape
                 # inference (and onnx.checker's full check) cannot read external ones.
                 t.data_location = TensorProto.DEFAULT
@@ -118,6 +118,12 @@ def _write_data_file(tensors: list[TensorProto], external: dict[str, LazyTensor]
         _unlink_quiet(tmp)
         return None
     return tmp
+
+
+def _source_size(tensor: LazyTensor) -> int:
+    """Bytes of an external tensor: its recorded length, else what its type and shape need."""
+    loc = tensor.external
+    return loc.length if loc is not None and loc.length is not None else tensor.nbytes
 
 
 def _is_placeholder(t: TensorProto) -> bool:

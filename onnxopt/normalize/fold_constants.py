@@ -37,6 +37,7 @@ from onnxopt.normalize._common import STANDARD_DOMAINS, all_graphs, static_shape
 
 MAX_ELEMENTS = 1_000_000
 MAX_BYTES = 16 * 1024 * 1024
+_INT32_MAX, _INT64_MAX = 2**31 - 1, 2**63 - 1
 
 NEVER_FOLD = frozenset({
     "RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike", "Multinomial",
@@ -389,6 +390,8 @@ def _slice(node: Node, a: list) -> list | None:
         dim = data.shape[ax]
         if sp == 0:
             return None
+        if en in (_INT32_MAX, _INT64_MAX):
+            en = dim if sp > 0 else -dim - 1  # ORT: "to the end" in the step's direction
         if st < 0:
             st += dim
         if en < 0:
@@ -482,7 +485,7 @@ def _cumsum(node: Node, a: list) -> list | None:
     if not 0 <= axis < x.ndim:
         return None
     y = np.flip(x, axis) if node.attr("reverse", 0) else x
-    c = np.cumsum(y, axis=axis, dtype=x.dtype)
+    c = np.cumsum(_wide(y), axis=axis).astype(x.dtype, copy=False)
     if node.attr("exclusive", 0):
         c = np.concatenate([np.zeros_like(np.take(c, [0], axis=axis)),
                             np.take(c, range(c.shape[axis] - 1), axis=axis)], axis=axis)
@@ -506,8 +509,13 @@ def _reduce(fn, floats_only: bool = False, needs_elements: bool = False) -> Impl
         if needs_elements and x.size == 0:
             return None
         axis = None if norm is None else tuple(norm)
-        return [np.asarray(fn(x, axis=axis, keepdims=keepdims)).astype(x.dtype, copy=False)]
+        return [np.asarray(fn(_wide(x), axis=axis, keepdims=keepdims)).astype(x.dtype, copy=False)]
     return run
+
+
+def _wide(x: np.ndarray) -> np.ndarray:
+    """float16 accumulates in float32, as ORT's kernels do; other types as they are."""
+    return x.astype(np.float32) if x.dtype == np.float16 else x
 
 
 def _tile(node: Node, a: list) -> list | None:
@@ -525,7 +533,7 @@ def _matmul(node: Node, a: list) -> list | None:
         x = np.swapaxes(x, -1, -2)
     if node.sem.get("transpose_b"):
         y = np.swapaxes(y, -1, -2)
-    return [np.matmul(x, y)]
+    return [np.matmul(_wide(x), _wide(y)).astype(x.dtype, copy=False)]
 
 
 def _isinf(node: Node, a: list) -> list | None:

@@ -85,7 +85,9 @@ def decompose_layer_norm(b, node: Node):
         if gamma is None:
             hidden = v.shape[-1]
             gamma = b.const(np.ones([hidden], numpy_dtype(v.dtype or "float32")), "ones")
-        y = b.op("LayerNormalization", v, gamma, beta, axis=-1, epsilon=eps, stash_type=1)
+        # No empty name for an absent beta: ONNX Runtime 1.31 crashes on LayerNormalization(x, g, "").
+        inputs = (v, gamma) if beta is None else (v, gamma, beta)
+        y = b.op("LayerNormalization", *inputs, axis=-1, epsilon=eps, stash_type=1)
     else:
         vc, dt = _to_compute(b, node, v)
         mean = reduce_mean_last(b, vc)

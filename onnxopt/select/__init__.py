@@ -37,6 +37,7 @@ def run(model: Model, options: OptimizeOptions) -> SelectReport | None:
         selection = select_kernel(node, target, registry)
         report.selections.append(selection)
         b = RewriteBuilder(graph, node, f"select:{selection.chosen.name}")
+        b.opset = model.opset  # emitters spell ops for it (ReduceMean's axes became an input at 18)
         outputs = selection.chosen.emit(b, node, target)
         for old, new in zip(node.outputs, outputs):
             new.dtype = new.dtype or old.dtype

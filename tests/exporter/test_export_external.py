@@ -78,14 +78,15 @@ def test_external_tensor_attribute_is_inlined(tmp_path, cli):
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)])
     m.ir_version = 10
     onnx.save_model(m, tmp_path / "m.onnx")
-    assert cli("optimize", tmp_path / "m.onnx", "-o", tmp_path / "o.onnx", "-q")[0] == 0
+    assert cli("optimize", tmp_path / "m.onnx", "-o", tmp_path / "o.onnx", "--no-fuse",
+               "-q")[0] == 0
     t = onnx.load(str(tmp_path / "o.onnx"), load_external_data=False).graph.node[0].attribute[0].t
     assert t.data_location == TensorProto.DEFAULT and t.raw_data == b"\0\0\x40\x40"
     assert onnxopt.verify(tmp_path / "m.onnx", tmp_path / "o.onnx").bitwise
 
 
 def test_external_default_output_sits_beside_the_input(external_model, cli):
-    code, _, err = cli("optimize", external_model, "-q")
+    code, _, err = cli("optimize", external_model, "--no-fuse", "-q")
     assert code == 0, err
     assert sorted(os.listdir(external_model.parent)) == [
         "model.onnx", "model.opt.onnx", "model.opt.onnx.data", "weights.bin"]
@@ -98,7 +99,8 @@ def test_output_data_file_never_replaces_an_input_file(tmp_path, models_dir, cli
     onnx.save_model(proto, tmp_path / "m.onnx", save_as_external_data=True,
                     location="o.onnx.data", size_threshold=1024)
     before = file_hash(tmp_path / "o.onnx.data")
-    assert cli("optimize", tmp_path / "m.onnx", "-o", tmp_path / "o.onnx", "-q")[0] == 0
+    assert cli("optimize", tmp_path / "m.onnx", "-o", tmp_path / "o.onnx", "--no-fuse",
+               "-q")[0] == 0
     assert file_hash(tmp_path / "o.onnx.data") == before
     assert _locations(tmp_path / "o.onnx") == {"o.onnx.1.data"}
     assert onnxopt.verify(tmp_path / "m.onnx", tmp_path / "o.onnx").bitwise

@@ -128,6 +128,18 @@ def case_output_shadows_input(d: Path, models: Path):
     return d / "shadow.onnx", "node 'n1' reads its own output 'x' (cycle)", 1
 
 
+def case_output_listed_twice(d: Path, models: Path):
+    m = _graph_model([helper.make_node("Relu", ["x"], ["y"], name="n1")], outputs=("y", "y"))
+    onnx.save_model(m, d / "twice.onnx")
+    return d / "twice.onnx", "graph output 'y' is listed twice", 1
+
+
+def case_output_produced_by_nothing(d: Path, models: Path):
+    m = _graph_model([helper.make_node("Relu", ["x"], ["y"], name="n1")], outputs=("y", "z"))
+    onnx.save_model(m, d / "noout.onnx")
+    return d / "noout.onnx", "graph output 'z' is produced by no node", 1
+
+
 def _versioned(d: Path, name: str, ir: int = 10, opset: int = 18) -> Path:
     m = _graph_model([helper.make_node("Relu", ["x"], ["y"])], opset=opset)
     m.ir_version = ir
@@ -226,11 +238,21 @@ def test_bad_input_is_one_line(case, tmp_path, models_dir, cli):
     assert _files(tmp_path) == before  # input unchanged; no output, data or temp file
 
 
+def test_external_data_of_a_model_given_as_a_proto(tmp_path):
+    from onnxopt.errors import ModelError
+    from onnxopt.importer import import_model
+
+    proto = onnx.load(str(_external_model(tmp_path, "w.bin")), load_external_data=False)
+    with pytest.raises(ModelError, match=r"^<model>: external data for tensor 'w' cannot be "
+                       r"resolved: the model was given as bytes, not a path$"):
+        import_model(proto)
+
+
 def test_directory_is_a_usage_error(tmp_path, cli):
     (tmp_path / "dir.onnx").mkdir()
     rc, _, err = cli("optimize", tmp_path / "dir.onnx")
     assert rc == 2
-    assert f"Invalid value for 'MODEL': File '{tmp_path / 'dir.onnx'}' is a directory." in err
+    assert err == f"onnxopt: error: {tmp_path / 'dir.onnx'}: is a directory, not an ONNX file\n"
     assert "Traceback" not in err
     assert os.listdir(tmp_path) == ["dir.onnx"]
 

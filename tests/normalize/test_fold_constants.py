@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from onnxopt.normalize.fold_constants import fold_constants
 
@@ -203,6 +205,17 @@ CASES = {
         a = Constant<value = float[2] {1, 2}>()
         x = Constant<value = int64[0] {}>()
         r = ReduceMin<noop_with_empty_axes = 1>(a, x)"""),
+    "matmul_half": ("float16[2]", """
+        f = Constant<value = float[2, 3] {1.5, 2.25, 3.0, 4.0, 5.5, 6.0}>()
+        g = Constant<value = float[3] {1.0, 0.5, -1.0}>()
+        a = Cast<to = 10>(f)
+        b = Cast<to = 10>(g)
+        r = MatMul(a, b)"""),
+    "reduce_sum_half": ("float16[2]", """
+        f = Constant<value = float[2, 3] {1000.0, 0.25, 0.5, 4.0, 5.5, 2048.0}>()
+        a = Cast<to = 10>(f)
+        x = Constant<value = int64[1] {1}>()
+        r = ReduceSum<keepdims = 0>(a, x)"""),
     "tile": ("int64[2, 6]", """
         a = Constant<value = int64[1, 2] {1, 2}>()
         t = Constant<value = int64[2] {2, 3}>()
@@ -345,3 +358,48 @@ def test_matmul_transpose_flags_are_respected(check):
       Y = Identity(r)
     }""", both)
     assert result.ops == ["Identity"]
+
+
+BOUNDS = st.one_of(st.integers(-7, 7), st.sampled_from([2**63 - 1, -(2**63 - 1), -(2**63)]))
+
+
+@settings(max_examples=60, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.data())
+def test_slice_folding_matches_onnx_runtime_on_random_arguments(check, data):
+    """Slice's clamping rules: negative steps, out-of-range and INT64-extreme bounds."""
+    axes = data.draw(st.lists(st.integers(-2, 1), min_size=1, max_size=2, unique_by=lambda a: a % 2))
+    n = len(axes)
+    starts = data.draw(st.lists(BOUNDS, min_size=n, max_size=n))
+    ends = data.draw(st.lists(BOUNDS, min_size=n, max_size=n))
+    steps = data.draw(st.lists(st.sampled_from([-3, -2, -1, 1, 2, 3]), min_size=n, max_size=n))
+    dims = ", ".join(str(d) for d in _sliced_shape(starts, ends, axes, steps))
+    body = f"""
+        a = Constant<value = int64[4, 5] {{{", ".join(str(i) for i in range(20))}}}>()
+        s = Constant<value = int64[{n}] {{{", ".join(map(str, starts))}}}>()
+        e = Constant<value = int64[{n}] {{{", ".join(map(str, ends))}}}>()
+        x = Constant<value = int64[{n}] {{{", ".join(map(str, axes))}}}>()
+        t = Constant<value = int64[{n}] {{{", ".join(map(str, steps))}}}>()
+        r = Slice(a, s, e, x, t)"""
+    result = check(f"g () => (int64[{dims}] Y) {{\n{body}\n        Y = Identity(r)\n}}",
+                   fold_constants, seeds=1)
+    assert result.ops == ["Identity"]
+
+
+def _sliced_shape(starts, ends, axes, steps):
+    """ONNX Slice's output shape on [4, 5], written independently of the pass from the spec."""
+    shape = [4, 5]
+    out = list(shape)
+    for st_, en, ax, sp in zip(starts, ends, axes, steps):
+        ax %= 2
+        dim = shape[ax]
+        if en == 2**63 - 1 and sp < 0:
+            en = -1 - dim  # ONNX Runtime reads INT64_MAX as "to the end" in either direction
+        st_ = st_ + dim if st_ < 0 else st_
+        en = en + dim if en < 0 else en
+        if sp > 0:
+            st_, en = max(0, min(st_, dim)), max(0, min(en, dim))
+        else:
+            st_, en = max(-1, min(st_, dim - 1)), max(-1, min(en, dim - 1))
+        out[ax] = len(range(st_, en, sp))
+    return out

@@ -99,7 +99,9 @@ def _declare(lib: ctypes.CDLL) -> None:
         "cuMemsetD8_v2": [u64, ctypes.c_ubyte, sz],
     }
     for name, args in sigs.items():
-        fn = getattr(lib, name)
+        fn = getattr(lib, name, None)
+        if fn is None:  # reported when called, so one missing entry point breaks nothing else
+            continue
         fn.argtypes = args
         fn.restype = i32
 
@@ -112,7 +114,10 @@ def _check(call: str, code: int) -> None:
 
 
 def _call(name: str, *args) -> None:
-    _check(name, getattr(_lib(), name)(*args))
+    fn = getattr(_lib(), name, None)
+    if fn is None:
+        raise CudaUnavailable(f"the CUDA driver library has no {name}")
+    _check(name, fn(*args))
 
 
 @functools.lru_cache(maxsize=1)

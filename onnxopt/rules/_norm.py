@@ -1,0 +1,160 @@
+"""What the LayerNorm and RMSNorm rules share: where a norm ends, its weights, its residual.
+
+A decomposed norm ends at different ops depending on what normalization left
+of it (an all-ones weight is a no-op and is gone, a float-to-float Cast may
+remain), so its rule is registered once per possible last op. The worklist
+visits nodes in graph order, and would fuse the bare normalisation before it
+reaches the weight multiplication that follows; :func:`ends_later` makes an
+ending refuse to match when the norm visibly continues, so the whole norm is
+fused once, at its real end.
+
+The residual ``Add(a, b)`` feeding a norm is folded into the fused op
+(``residual`` input). It is found outside the pattern on purpose: when the sum
+is also read elsewhere — the next block's residual — the fused op outputs it
+as ``S`` instead of the match being refused for an intermediate used outside.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from onnxopt.ir.dtypes import FLOAT_TYPES, dtype_name
+from onnxopt.ir.edit import replace_value
+from onnxopt.ir.node import Node
+from onnxopt.ir.value import Value
+from onnxopt.legality.predicates import SHAPE_READERS
+from onnxopt.match.pattern import Match
+from onnxopt.normalize import symdim as sd
+
+
+def sole_reader(node: Node) -> Node | None:
+    """The one node (Shape readers aside) that reads ``node``'s output, if exactly one."""
+    out = node.outputs[0]
+    if out.is_graph_output:
+        return None
+    readers = {id(n): n for n, _ in out.uses() if n.op_type not in SHAPE_READERS}
+    return next(iter(readers.values())) if len(readers) == 1 else None
+
+
+def feature_shape(value: Value, hidden, what: str) -> str | None:
+    """``value`` is one number per feature: shape ``[hidden]`` (leading 1s allowed)."""
+    shape = value.shape
+    if shape is None:
+        return f"%{value.name}: the shape of the {what} is unknown"
+    if not shape or not sd.same(shape[-1], hidden) or any(d != 1 for d in shape[:-1]):
+        return f"%{value.name}: the {what} has shape {list(shape)}, not [{hidden}]"
+    return None
+
+
+def _feature_constant(node: Node, out: Value) -> bool:
+    other = [v for v in node.inputs if v is not out]
+    hidden = out.shape[-1] if out.shape else None
+    return (len(node.inputs) == 2 and len(other) == 1 and other[0].const is not None
+            and hidden is not None and feature_shape(other[0], hidden, "weight") is None)
+
+
+def ends_later(*continuations: str):
+    """A ``check`` for a pattern's last node: fail when a ``continuations`` op extends the norm.
+
+    ``"Cast"``: a float-to-float Cast (back to the input type); ``"Mul"``/``"Add"``: a weight or
+    bias, one constant per feature.
+    """
+    def check(node: Node) -> str | None:
+        reader = sole_reader(node)
+        if reader is None or reader.domain not in ("", "ai.onnx"):
+            return None
+        op = reader.op_type
+        if op not in continuations:
+            return None
+        if op == "Cast":
+            if dtype_name(reader.attr("to", 0)) in FLOAT_TYPES:
+                return "the norm continues with a Cast; it is fused there"
+            return None
+        if _feature_constant(reader, node.outputs[0]):
+            what = "weight" if op == "Mul" else "bias"
+            return f"the norm continues with its {what} ({reader.name}); it is fused there"
+        return None
+    return check
+
+
+def per_feature_weights(m: Match, hidden) -> str | None:
+    """gamma and beta (when present) hold one number per feature."""
+    for name, what in (("gamma", "scale (gamma)"), ("beta", "bias (beta)")):
+        value = getattr(m, name)
+        if value is not None and (reason := feature_shape(value, hidden, what)):
+            return reason
+    return None
+
+
+def hidden_size(x: Value) -> tuple[object, str | None]:
+    """The normalised (last) dimension of ``x``, or a reason when it is not known."""
+    if x.shape is None or not x.shape:
+        return None, f"%{x.name}: the shape of the normalised input is unknown"
+    hidden = x.shape[-1]
+    if not isinstance(hidden, int):
+        return None, f"%{x.name}: the normalised dimension is {hidden}, not a known size"
+    return hidden, None
+
+
+@dataclass
+class Residual:
+    """``x = Add(a, b)`` folded into the norm; ``keep_sum`` when x is read elsewhere too."""
+
+    add: Node
+    a: Value
+    b: Value
+    keep_sum: bool
+
+
+def find_residual(x: Value, m: Match, movable: tuple[Value | None, ...]) -> Residual | None:
+    """The residual Add producing ``x``: two computed operands of x's own shape and dtype.
+
+    ``movable`` are the fused op's other inputs: when the sum must stay visible, the fused
+    node is placed where the Add was, so they must exist by then (constants, graph inputs).
+    """
+    add = x.producer
+    if add is None or add.op_type != "Add" or add.domain not in ("", "ai.onnx"):
+        return None
+    if len(add.inputs) != 2 or any(v is None or v.const is not None for v in add.inputs):
+        return None
+    a, b = add.inputs
+    if a.shape is None or b.shape is None or x.shape is None or not (
+            len(a.shape) == len(b.shape) == len(x.shape)
+            and all(sd.same(p, q) and sd.same(p, r) for p, q, r in zip(a.shape, b.shape, x.shape))):
+        return None
+    if not (a.dtype == b.dtype == x.dtype):
+        return None
+    inside = {id(n) for n in m.nodes}
+    keep = x.is_graph_output or any(id(n) not in inside for n, _ in x.uses())
+    if keep and any(v is not None and v.producer is not None for v in movable):
+        return None
+    return Residual(add, a, b, keep)
+
+
+def emit_norm(b, m: Match, op: str, x: Value, weights: tuple[Value | None, ...], **attrs):
+    """Create the fused norm (folding ``m.residual``); returns its Y output."""
+    res: Residual | None = m.residual
+    if res is None:
+        inputs = [x, *weights]
+    else:
+        inputs = [res.a, *weights, res.b]
+        attrs["has_residual"] = 1
+    while inputs and inputs[-1] is None:
+        inputs.pop()
+    if res is None or not res.keep_sum:
+        y = b.fused(op, *inputs, **attrs)
+    else:
+        b.anchor = res.add  # S replaces the sum for its other readers, which follow the Add
+        y, s = b.fused(op, *inputs, outputs=2, **attrs)
+        s.dtype, s.shape = res.add.output.dtype, res.add.output.shape
+        replace_value(b.graph, res.add.output, s)
+    if res is not None:
+        m.nodes.insert(0, res.add)  # the driver removes it with the match once nothing reads it
+    return y
+
+
+def residual_text(m: Match) -> str:
+    res: Residual | None = m.residual
+    if res is None:
+        return ""
+    return ", residual + sum output" if res.keep_sum else ", residual"

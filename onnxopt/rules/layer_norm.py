@@ -1,0 +1,156 @@
+"""(x - mean(x)) / sqrt(var(x) + ε) · γ + β  ->  ai.onnxopt.LayerNormFused(x, γ, β, residual?)
+
+Two spellings reach this rule: the ONNX ``LayerNormalization`` op (opset 17+,
+what both PyTorch exporters write today) and its decomposition
+``ReduceMean → Sub → Pow(2)|Mul(d, d) → ReduceMean → Add(ε) → Sqrt →
+Div|Mul(Reciprocal) → Mul(γ) → Add(β)``, possibly wrapped in float-to-float
+Casts (a float16 model computing the norm in float32). Normalization may have
+removed an all-ones γ or all-zeros β, so the decomposed norm ends at the
+``Add``, the ``Mul``, a ``Cast`` or the division: one rule per last op, all
+named ``layer_norm``, sharing one pattern.
+
+A residual ``Add(a, b)`` feeding the norm is folded in; when its sum is also
+read elsewhere the fused op returns it as a second output.
+"""
+
+from __future__ import annotations
+
+from onnxopt.ir.dtypes import FLOAT_TYPES
+from onnxopt.legality.predicates import last_axis, scalar_constant
+from onnxopt.match.pattern import Builder, Match
+from onnxopt.rules._norm import (
+    emit_norm,
+    ends_later,
+    find_residual,
+    hidden_size,
+    per_feature_weights,
+    residual_text,
+)
+from onnxopt.rules.base import RewriteBuilder, Rule
+
+
+def _compute_dtype(m: Match) -> str:
+    if m.cast_in is None:
+        return ""
+    return m.cast_in.output.dtype or ""
+
+
+class LayerNorm(Rule):
+    """(x - mean(x)) / sqrt(var(x) + ε) · γ + β  ->  ai.onnxopt.LayerNormFused(x, γ, β)"""
+
+    name = "layer_norm"
+    root = "Add"
+    fused_op = "LayerNormFused"
+
+    def pattern(self, p: Builder):
+        x = p.var("x", dtype=FLOAT_TYPES)
+        xin = p.optional(p.Cast(x, name="cast_in"), x)
+        d = p.Sub(xin, p.ReduceMean(xin, name="mean"), name="centered")
+        var = p.ReduceMean(p.any(p.Pow(d, p.const(value=2.0)), p.Mul(d, d)), name="var")
+        std = p.Sqrt(p.Add(var, p.var("eps")), name="sqrt")
+
+        def normed(check=None):
+            return p.any(p.Div(d, std, name="normed", check=check),
+                         p.Mul(d, p.Reciprocal(std), name="normed", check=check))
+
+        def back(check=None):
+            return p.Cast(normed(), name="cast_out", check=check)
+
+        gamma, beta = p.const("gamma"), p.const("beta")
+        inner = p.any(back(), normed())
+        return p.any(
+            p.Add(p.Mul(inner, gamma, name="weight"), beta, name="bias"),
+            p.Add(inner, beta, name="bias"),
+            p.Mul(inner, gamma, name="weight", check=ends_later("Add")),
+            back(ends_later("Mul", "Add")),
+            normed(ends_later("Cast", "Mul", "Add")),
+        )
+
+    def legal(self, m: Match, target) -> str | None:
+        mean_axes, var_axes = m.mean.sem.get("axes"), m.var.sem.get("axes")
+        if mean_axes != var_axes:
+            return (f"{m.var.name}: the mean is over axis {_axes(mean_axes)}, the variance over "
+                    f"axis {_axes(var_axes)}")
+        if reason := last_axis(m.mean, "mean"):
+            return reason
+        for node in (m.mean, m.var):
+            if not node.sem.get("keepdims", True):
+                return f"{node.name}: the reduced axis is dropped (keepdims=0), not a LayerNorm"
+        if reason := scalar_constant(m.eps, "epsilon"):
+            return reason
+        hidden, reason = hidden_size(m.x)
+        if reason or (reason := per_feature_weights(m, hidden)):
+            return reason
+        m.extra["residual"] = find_residual(m.x, m, (m.gamma, m.beta))
+        return None
+
+    def rewrite(self, b: RewriteBuilder, m: Match):
+        eps = float(m.eps.const.numpy().reshape(-1)[0])
+        return emit_norm(b, m, "LayerNormFused", m.x, (m.gamma, m.beta), epsilon=eps, axis=-1,
+                         compute_dtype=_compute_dtype(m))
+
+    def describe(self, m: Match) -> str:
+        eps = float(m.eps.const.numpy().reshape(-1)[0])
+        return f"epsilon {eps:g}{residual_text(m)}"
+
+
+class LayerNormAtMul(LayerNorm):
+    """The decomposed LayerNorm ending at its weight, or at ``d · 1/std`` (no weight, no bias)."""
+
+    root = "Mul"
+
+
+class LayerNormAtDiv(LayerNorm):
+    """The decomposed LayerNorm ending at ``d / std`` (an all-ones weight and no bias)."""
+
+    root = "Div"
+
+
+class LayerNormAtCast(LayerNorm):
+    """The decomposed LayerNorm ending at the Cast back to the input type."""
+
+    root = "Cast"
+
+
+class LayerNormOp(Rule):
+    """LayerNormalization(x, γ, β)  ->  ai.onnxopt.LayerNormFused(x, γ, β, residual?)"""
+
+    name = "layer_norm"
+    root = "LayerNormalization"
+    fused_op = "LayerNormFused"
+
+    def pattern(self, p: Builder):
+        return p.LayerNormalization(p.var("x", dtype=FLOAT_TYPES), p.var("gamma"), name="ln")
+
+    def legal(self, m: Match, target) -> str | None:
+        ln, x = m.ln, m.x
+        rank = x.rank
+        axis = ln.attr("axis", -1)
+        if rank is None:
+            return f"%{x.name}: the rank of the normalised input is unknown"
+        if (axis + rank if axis < 0 else axis) != rank - 1:
+            return (f"{ln.name}: normalizes over axes {axis}..{rank - 1}, not the last axis "
+                    f"({rank - 1}) alone")
+        if any(o.num_uses or o.is_graph_output for o in ln.outputs[1:]):
+            return f"{ln.name}: its Mean/InvStdDev outputs are read, which the fused op does not give"
+        m.extra["beta"] = ln.input(2)
+        hidden, reason = hidden_size(x)
+        if reason or (reason := per_feature_weights(m, hidden)):
+            return reason
+        m.extra["residual"] = find_residual(x, m, (m.gamma, m.beta))
+        return None
+
+    def rewrite(self, b: RewriteBuilder, m: Match):
+        x = m.x
+        stash = m.ln.attr("stash_type", 1)
+        compute = "float32" if stash == 1 else x.dtype
+        return emit_norm(b, m, "LayerNormFused", x, (m.gamma, m.beta),
+                         epsilon=float(m.ln.attr("epsilon", 1e-5)), axis=-1,
+                         compute_dtype="" if compute == x.dtype else compute)
+
+    def describe(self, m: Match) -> str:
+        return f"LayerNormalization, epsilon {m.ln.attr('epsilon', 1e-5):g}{residual_text(m)}"
+
+
+def _axes(axes) -> list | str:
+    return list(axes) if isinstance(axes, (tuple, list)) else "all" if axes is None else axes

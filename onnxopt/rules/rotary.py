@@ -1,0 +1,99 @@
+"""x·cos + concat(-x[..., d/2:], x[..., :d/2])·sin  ->  ai.onnxopt.RotaryFused(x, cos, sin)
+
+Rotary position embedding as LLaMA and Mistral apply it to queries and keys
+(``apply_rotary_pos_emb`` with ``rotate_half``); both PyTorch exporters spell
+it ``Slice``/``Slice``/``Neg``/``Concat``/``Mul``/``Mul``/``Add``. ``cos`` and
+``sin`` are what the model computed (``Unsqueeze(Cos(...))``, shared by every
+layer), taken as inputs as long as they broadcast to x without enlarging it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from onnxopt.ir.dtypes import FLOAT_TYPES
+from onnxopt.ir.node import Node
+from onnxopt.match.pattern import Builder, Match
+from onnxopt.normalize import symdim as sd
+from onnxopt.rules.base import RewriteBuilder, Rule
+
+INT64_MAX = 2**63 - 1
+
+
+class Rotary(Rule):
+    """x·cos + rotate_half(x)·sin  ->  ai.onnxopt.RotaryFused(x, cos, sin)"""
+
+    name = "rotary"
+    root = "Add"
+    fused_op = "RotaryFused"
+
+    def pattern(self, p: Builder):
+        x = p.var("x", dtype=FLOAT_TYPES)
+        rotated = p.Concat(p.Neg(p.Slice(x, name="second_half")), p.Slice(x, name="first_half"),
+                           name="concat")
+        # The rotated term first: it pins x, so the commuted Mul(x, cos) cannot bind x to cos.
+        return p.Add(p.Mul(rotated, p.var("sin")), p.Mul(x, p.var("cos")))
+
+    def legal(self, m: Match, target) -> str | None:
+        x = m.x
+        if x.shape is None or not isinstance(x.shape[-1], int):
+            return f"%{x.name}: the head size is not known"
+        d, rank = x.shape[-1], len(x.shape)
+        if d % 2:
+            return f"%{x.name}: the head size {d} is odd, so it has no halves to rotate"
+        axis = m.concat.attr("axis")
+        if axis not in (-1, rank - 1):
+            return f"{m.concat.name}: concatenates on axis {axis}, not the last axis"
+        for node, want in ((m.first_half, (0, d // 2)), (m.second_half, (d // 2, d))):
+            if reason := _half(node, want, d, rank):
+                return reason
+        return self._tables_legal(m)
+
+    def _tables_legal(self, m: Match) -> str | None:
+        x, cos, sin = m.x, m.cos, m.sin
+        for t in (cos, sin):
+            if t.dtype != x.dtype:
+                return f"%{t.name}: the rotary table is {t.dtype}, x is {x.dtype}"
+            if t.shape is None:
+                return f"%{t.name}: the shape of the rotary table is unknown"
+            full = sd.broadcast_shapes(t.shape, x.shape)
+            if len(t.shape) > len(x.shape) or full is None or not all(
+                    sd.same(a, b) for a, b in zip(full, x.shape)):
+                return (f"%{t.name}: a rotary table of shape {list(t.shape)} does not broadcast "
+                        f"to x {list(x.shape)}")
+            if t.shape[-1] != x.shape[-1]:
+                return f"%{t.name}: the rotary table has {t.shape[-1]} features, x has {x.shape[-1]}"
+        if cos.shape != sin.shape:
+            return f"%{sin.name}: sin has shape {list(sin.shape)}, cos {list(cos.shape)}"
+        return None
+
+    def rewrite(self, b: RewriteBuilder, m: Match):
+        return b.fused("RotaryFused", m.x, m.cos, m.sin, interleaved=0, rotary_dim=0)
+
+    def describe(self, m: Match) -> str:
+        return f"rotate-half, head size {m.x.shape[-1]}"
+
+
+def _ints(node: Node, index: int) -> list[int] | None:
+    v = node.input(index)
+    if v is None or v.const is None:
+        return None
+    return [int(a) for a in np.asarray(v.const.numpy()).reshape(-1)]
+
+
+def _half(node: Node, want: tuple[int, int], d: int, rank: int) -> str | None:
+    """``node`` slices exactly ``[want[0]:want[1]]`` of the last axis, with step 1."""
+    starts, ends = _ints(node, 1), _ints(node, 2)
+    axes = _ints(node, 3) if node.input(3) is not None else list(range(len(starts or [])))
+    steps = _ints(node, 4) if node.input(4) is not None else [1] * len(starts or [])
+    if None in (starts, ends, axes, steps) or not (len(starts) == len(ends) == len(axes) == 1):
+        return f"{node.name}: the slice bounds are not constants over one axis"
+    axis = axes[0] + rank if axes[0] < 0 else axes[0]
+    start = starts[0] + d if starts[0] < 0 else starts[0]
+    end = min(ends[0] + d if ends[0] < 0 else ends[0], d)
+    if axis != rank - 1 or steps != [1] or (start, end) != want:
+        where = f"axis {axes[0]}" if axis != rank - 1 else "the last axis"
+        step = f" with step {steps[0]}" if steps != [1] else ""
+        return (f"{node.name}: takes [{start}:{end}]{step} of {where}, not the half "
+                f"[{want[0]}:{want[1]}] of the last axis")
+    return None

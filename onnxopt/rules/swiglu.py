@@ -1,0 +1,49 @@
+"""silu(gate) · up  ->  ai.onnxopt.SwiGLUFused(gate, up)
+
+The gated MLP of LLaMA and Mistral: ``down(silu(gate(h)) · up(h))``. The SiLU
+is usually fused first (the worklist reaches it earlier in the graph), so the
+pattern reads either ``SiluFused(gate)`` or the raw ``gate · sigmoid(gate)``.
+"""
+
+from __future__ import annotations
+
+from onnxopt.ir.dtypes import FLOAT_TYPES
+from onnxopt.match.pattern import Builder, Match
+from onnxopt.normalize import symdim as sd
+from onnxopt.rules.base import FUSED_DOMAIN, RewriteBuilder, Rule
+
+
+class SwiGLU(Rule):
+    """silu(gate) · up  ->  ai.onnxopt.SwiGLUFused(gate, up)"""
+
+    name = "swiglu"
+    root = "Mul"
+    fused_op = "SwiGLUFused"
+
+    def pattern(self, p: Builder):
+        gate = p.var("gate", dtype=FLOAT_TYPES)
+        silu = p.any(p.op("SiluFused", gate, domain=FUSED_DOMAIN, name="silu"),
+                     p.Mul(gate, p.Sigmoid(gate), name="silu"))
+        return p.Mul(silu, p.var("up", dtype=FLOAT_TYPES))
+
+    def legal(self, m: Match, target) -> str | None:
+        gate, up = m.gate, m.up
+        if up.const is not None:
+            return f"%{up.name}: the up projection is a constant, so this is SiLU times a weight"
+        if gate.dtype != up.dtype:
+            return f"%{up.name}: up is {up.dtype}, gate {gate.dtype}"
+        if (gate.shape is None or up.shape is None or len(gate.shape) != len(up.shape)
+                or not all(sd.same(a, b) for a, b in zip(gate.shape, up.shape))):
+            return (f"%{up.name}: up has shape {_shape(up.shape)}, gate {_shape(gate.shape)}; "
+                    "SwiGLU needs equal shapes")
+        return None
+
+    def rewrite(self, b: RewriteBuilder, m: Match):
+        return b.fused("SwiGLUFused", m.gate, m.up)
+
+    def describe(self, m: Match) -> str:
+        return "after SiluFused" if m.silu.domain == FUSED_DOMAIN else "raw x·sigmoid(x)"
+
+
+def _shape(shape) -> str:
+    return "unknown" if shape is None else str(list(shape))
