@@ -10,14 +10,37 @@ install is noticed and rebuilt instead of silently using the stale library.
 """
 
 import hashlib
+import shutil
 from pathlib import Path
 
 from setuptools import Extension, setup
+from setuptools.command.build_py import build_py
 
 SHIM = "onnxopt/runtime/_native/shim.c"
 SHIM_HASH = hashlib.sha256((Path(__file__).parent / SHIM).read_bytes()).hexdigest()[:16]
 
+KERNELS = Path(__file__).parent / "kernels"
+KERNEL_FILES = ("*.cu", "*.cuh", "*.json", "*.md")
+
+
+class BuildPyWithKernels(build_py):
+    """Copy the top-level kernels/ (CUDA sources and launch metadata) into the built package
+    as onnxopt/kernels, where onnxopt.runtime.cuda.metadata looks for them when installed.
+    An editable install reads the repository's kernels/ directly."""
+
+    def run(self):
+        super().run()
+        if getattr(self, "editable_mode", False) or not KERNELS.is_dir():
+            return
+        target = Path(self.build_lib) / "onnxopt" / "kernels"
+        target.mkdir(parents=True, exist_ok=True)
+        for pattern in KERNEL_FILES:
+            for path in KERNELS.glob(pattern):
+                shutil.copy2(path, target / path.name)
+
+
 setup(
+    cmdclass={"build_py": BuildPyWithKernels},
     ext_modules=[
         Extension(
             "onnxopt.runtime._native.libonnxopt_shim",

@@ -107,6 +107,15 @@ def stage_anchors(paths: list[str]) -> None:
                           f"{type(e).__name__}: {e}", flush=True)
                     continue
                 opt.save_model_to_file(str(dst))
+                try:  # its output must load, or it is no anchor
+                    import onnxruntime
+
+                    onnxruntime.InferenceSession(str(dst), providers=["CPUExecutionProvider"])
+                except Exception as e:  # noqa: BLE001
+                    print(f"  ort optimizer {Path(src).name} ({model_type}) wrote a model ONNX "
+                          f"Runtime rejects: {str(e)[:160]}", flush=True)
+                    dst.unlink()
+                    continue
                 fused = {k: v for k, v in opt.get_fused_operator_statistics().items() if v}
                 print(f"  ort optimizer {Path(src).name} ({model_type}): {fused}", flush=True)
                 dst.with_suffix(".json").write_text(json.dumps({"model_type": model_type,
@@ -175,11 +184,24 @@ def time_model(files: dict[str, Path], shapes: list[tuple[int, int]], runs: int,
 
     unique: dict[str, str] = {}  # variant -> variant whose identical file it reuses
     digests: dict[str, str] = {}
-    for variant, path in files.items():
+    for variant, path in list(files.items()):
+        if not path.exists():
+            print(f"    {variant}: no file (its optimizer failed)", flush=True)
+            del files[variant]
+            continue
         digest = hashlib.sha256(path.read_bytes()).hexdigest()
         unique[variant] = digests.setdefault(digest, variant)
-    timed = [v for v in files if unique[v] == v]
-    sessions = {v: session(files[v]) for v in timed}
+    sessions = {}
+    for v in [v for v in files if unique[v] == v]:
+        try:
+            sessions[v] = session(files[v])
+        except Exception as e:  # noqa: BLE001 - an anchor ONNX Runtime cannot load is reported
+            print(f"    {v}: ONNX Runtime cannot load it: {str(e).splitlines()[0][:160]}",
+                  flush=True)
+    for v in list(files):
+        if unique[v] not in sessions:
+            del files[v]
+    timed = list(sessions)
     out: dict = {}
     for batch, seq in shapes:
         inputs = feeds(batch, seq, CONFIG["VOCAB"])

@@ -13,6 +13,15 @@ class OptimizeOptions:
     ``only``/``disable`` switch fusion rules by name; ``fuse=False`` rewrites
     nothing at all (import and export only). ``debug`` runs the IR
     verifier after every pass and makes rule bookkeeping errors fatal.
+
+    Kernel selection: ``opset`` bounds the ONNX opset emitted kernels may need
+    (None: the model's own — a model's opset is never converted);
+    ``ort_version`` (``"1.20"``) the ONNX Runtime they must run on (None: the
+    installed one); ``determinism`` ``"strict"`` admits only kernels with a
+    fixed reduction order. ``tune`` times the legal kernels of each fused-op
+    signature on this machine and stores the decisions in ``tune_cache``
+    (None: ``~/.cache/onnxopt/tuning.json``); a ``tune_cache`` without ``tune``
+    is only read.
     """
 
     target: str | None = None

@@ -113,6 +113,9 @@ def _stages(options: OptimizeOptions) -> list[tuple[str, Callable[[Model, Optimi
         ("normalize", normalize.run),
         ("fuse", fuse.run),
         ("select", select.run),
+        # Emitted kernels bring layout conversions that may cancel against the model's own
+        # head split/merge; the driver re-runs normalization to clean up (a pass, not a call back).
+        ("cleanup", normalize.run),
     ]
     return stages
 

@@ -11,7 +11,8 @@ def register(group: click.Group) -> None:
     from onnxopt.commands.explain_cmd import explain
     from onnxopt.commands.ir_cmd import ir
     from onnxopt.commands.optimize_cmd import optimize
+    from onnxopt.commands.run_cmd import run
     from onnxopt.commands.verify_cmd import verify
 
-    for cmd in (optimize, explain, ir, verify):
+    for cmd in (optimize, explain, ir, verify, run):
         group.add_command(cmd)

@@ -15,6 +15,11 @@ def default_output(path: str) -> str:
     return f"{root}.opt.onnx" if ext.lower() == ".onnx" else f"{path}.opt.onnx"
 
 
+def _is_version(text: str) -> bool:
+    parts = text.split(".")
+    return len(parts) >= 2 and all(p.isdigit() for p in parts[:2])
+
+
 @click.command("optimize")
 @click.argument("model", type=click.Path())
 @click.option("-o", "--output", type=click.Path(), default=None,
@@ -25,14 +30,27 @@ def default_output(path: str) -> str:
               help="Compare the result with MODEL in ONNX Runtime; exit 1 on a mismatch.")
 @click.option("--target", type=click.Choice(["cpu", "cuda"]), default=None,
               help="Target device (default: cuda only where a CUDA device is usable).")
+@click.option("--ort-version", default=None, metavar="MAJOR.MINOR",
+              help="ONNX Runtime version the output must run on (default: the installed one).")
+@click.option("--opset", type=click.IntRange(1, None), default=None,
+              help="Highest ONNX opset emitted kernels may need (default: the model's own; "
+                   "onnxopt never converts a model's opset).")
+@click.option("--determinism", type=click.Choice(["strict", "relaxed"]), default="relaxed",
+              show_default=True, help="strict: only kernels with a fixed reduction order.")
+@click.option("--tune", is_flag=True,
+              help="Time the legal kernels of each fused op on this machine; keep the fastest.")
+@click.option("--tune-cache", type=click.Path(dir_okay=False), default=None,
+              help="Tuning decisions file (default: ~/.cache/onnxopt/tuning.json). Without "
+                   "--tune its decisions are reused but nothing is timed.")
 @click.option("--only", multiple=True, help="Run only this fusion rule (repeatable).")
 @click.option("--disable", multiple=True, help="Do not run this fusion rule (repeatable).")
 @click.option("--no-fuse", is_flag=True, help="Rewrite nothing: import and export only (a round trip).")
 @click.option("-q", "--quiet", is_flag=True, help="Print nothing but errors.")
 @debug_option
 def optimize(model: str, output: str | None, json_path: str | None, do_verify: bool,
-             target: str | None, only: tuple[str, ...], disable: tuple[str, ...], no_fuse: bool,
-             quiet: bool, debug: bool) -> None:
+             target: str | None, ort_version: str | None, opset: int | None, determinism: str,
+             tune: bool, tune_cache: str | None, only: tuple[str, ...], disable: tuple[str, ...],
+             no_fuse: bool, quiet: bool, debug: bool) -> None:
     """Optimize MODEL and write the result; print a report of what changed."""
     from onnxopt.api import check_output_path, write_result
     from onnxopt.commands.report import print_optimize, print_verify, stage_progress
@@ -46,7 +64,13 @@ def optimize(model: str, output: str | None, json_path: str | None, do_verify: b
 
         raise UsageError(f"{model}: no such file")
     check_output_path(model, output)
+    if ort_version is not None and not _is_version(ort_version):
+        from onnxopt.errors import UsageError
+
+        raise UsageError(f"--ort-version {ort_version}: expected MAJOR.MINOR, e.g. 1.20")
     options = OptimizeOptions(target=target, only=frozenset(only), disable=frozenset(disable),
+                              opset=opset, ort_version=ort_version, determinism=determinism,
+                              tune=tune, tune_cache=tune_cache,
                               fuse=not no_fuse, debug=debug)
     with stage_progress(enabled=not quiet) as progress:
         result = run_pipeline(model, options, progress=progress)

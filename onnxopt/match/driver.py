@@ -21,8 +21,8 @@ from onnxopt.legality.target import Target
 from onnxopt.match.pattern import Builder, Match, Trace, match_pattern
 from onnxopt.rules.base import RewriteBuilder, Rule
 
-# A partial match is worth reporting once it got past the root node.
-CANDIDATE_PROGRESS = 2
+# A partial match is worth reporting once it got a few nodes past the root.
+CANDIDATE_PROGRESS = 3
 
 
 @dataclass

@@ -31,6 +31,8 @@ import numpy as np
 from onnxopt.ir.node import Node
 from onnxopt.ir.value import Value
 
+_DTYPE_TOLERANCE = {"float16": 1e-3, "bfloat16": 8e-3}
+
 COMMUTATIVE = frozenset({"Add", "Mul", "And", "Or", "Equal", "Max", "Min", "Xor", "Sum"})
 
 
@@ -88,8 +90,10 @@ class Const(Pat):
             if value.const.dtype not in ("float32", "float64", "float16", "bfloat16", "int64",
                                          "int32") or arr.size == 0:
                 return state.fail(f"constant %{value.name} is not numeric")
+            # A constant stored in half precision is the intended value rounded to it.
+            tolerance = max(self.tolerance, _DTYPE_TOLERANCE.get(value.const.dtype, 0.0))
             ok = np.all(np.abs(arr.astype(np.float64) - self.value)
-                        <= self.tolerance * max(1.0, abs(self.value)))
+                        <= tolerance * max(1.0, abs(self.value)))
             if not ok:
                 shown = arr.reshape(-1)[0] if arr.size else "?"
                 return state.fail(f"constant %{value.name} is {shown:.6g}, expected "

@@ -104,9 +104,25 @@ def _mul_mul(graph: Graph, node: Node) -> int:
     return _replace(graph, node, mul, [inner])
 
 
+def _is_weight(v) -> bool:
+    """A constant, possibly behind the Mul that carries a scale into it."""
+    if v.const is not None:
+        return True
+    mul = v.producer
+    return is_op(mul, "Mul") and any(x is not None and x.const is not None and x.const.size > 1
+                                     for x in mul.inputs)
+
+
 def _matmul(graph: Graph, node: Node) -> int:
-    """MatMul(Mul(a, c1), Mul(b, c2)) -> Mul(MatMul(a, b), c1*c2)."""
+    """MatMul(Mul(a, c1), Mul(b, c2)) -> Mul(MatMul(a, b), c1*c2).
+
+    Only between two activations (attention's Q·Kᵀ): moving a scale across a
+    MatMul with a constant weight would tear apart the block that produced it
+    (GELU's 0.5 before the next projection) and gains nothing.
+    """
     if len(node.inputs) != 2 or any(v is None for v in node.inputs):
+        return 0
+    if any(_is_weight(v) for v in node.inputs):
         return 0
     out_rank = node.output.rank
     operands = list(node.inputs)

@@ -271,6 +271,25 @@ def like_data(node: Node):
     return [(_x(node).dtype, _shape(node, 0))]
 
 
+def matmul_integer(node: Node):
+    (_, shape), = matmul(node)
+    return [("int32", shape)]
+
+
+def dynamic_quantize(node: Node):
+    return [("uint8", _shape(node)), ("float32", ()), ("uint8", ())]
+
+
+def quantize(node: Node):
+    zero = node.input(2)
+    return [(zero.dtype if zero is not None else "uint8", _shape(node))]
+
+
+def dequantize(node: Node):
+    scale = node.input(1)
+    return [(scale.dtype if scale is not None else "float32", _shape(node))]
+
+
 def range_op(node: Node):
     start, limit, delta = (_syms(_x(node, i)) for i in range(3))
     dtype = _x(node).dtype
@@ -323,7 +342,8 @@ RULES.update({
     "Transpose": transpose, "Reshape": reshape, "Unsqueeze": unsqueeze, "Squeeze": squeeze,
     "Expand": expand, "Concat": concat, "Shape": shape_op, "Gather": gather, "Slice": slice_op,
     "ConstantOfShape": constant_of_shape, "Flatten": flatten, "Tile": tile, "Range": range_op,
-    "Split": split, "GatherElements": like_indices, "ScatterND": like_data,
+    "Split": split, "MatMulInteger": matmul_integer, "DynamicQuantizeLinear": dynamic_quantize,
+    "QuantizeLinear": quantize, "DequantizeLinear": dequantize, "GatherElements": like_indices, "ScatterND": like_data,
     "ScatterElements": like_data,
     "ReduceMean": reduce, "ReduceSum": reduce, "ReduceMax": reduce, "ReduceMin": reduce,
     "ReduceProd": reduce, "ReduceL2": reduce, "ReduceSumSquare": reduce,

@@ -85,7 +85,7 @@ def decompose_layer_norm(b, node: Node):
         if gamma is None:
             hidden = v.shape[-1]
             gamma = b.const(np.ones([hidden], numpy_dtype(v.dtype or "float32")), "ones")
-        # No empty name for an absent beta: ONNX Runtime 1.31 crashes on LayerNormalization(x, g, "").
+        # No empty name for an absent beta: ORT 1.31 crashes on LayerNormalization(x, g, "").
         inputs = (v, gamma) if beta is None else (v, gamma, beta)
         y = b.op("LayerNormalization", *inputs, axis=-1, epsilon=eps, stash_type=1)
     else:

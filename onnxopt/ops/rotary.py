@@ -21,7 +21,7 @@ from onnxopt.ops.base import FusedOp, register
 
 
 def _slice(b, x, start: int, end: int, step: int = 1):
-    i64 = lambda v, hint: b.const(np.array([v], np.int64), hint)  # noqa: E731
+    i64 = lambda v, hint: b.const(np.array([v], np.int64), hint)
     return b.op("Slice", x, i64(start, "start"), i64(end, "end"), i64(-1, "axis"),
                 i64(step, "step"))
 

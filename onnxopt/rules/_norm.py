@@ -77,6 +77,16 @@ def ends_later(*continuations: str):
     return check
 
 
+def divides_a_value(check=None):
+    """A ``check`` for ``Div(x, std)``: x is computed (``Div(1, std)`` is a reciprocal, and the
+    norm goes on), then ``check`` if given."""
+    def run(node: Node) -> str | None:
+        if node.inputs[0] is not None and node.inputs[0].const is not None:
+            return "divides a constant: a reciprocal, not the normalised value"
+        return check(node) if check is not None else None
+    return run
+
+
 def per_feature_weights(m: Match, hidden) -> str | None:
     """gamma and beta (when present) hold one number per feature."""
     for name, what in (("gamma", "scale (gamma)"), ("beta", "bias (beta)")):

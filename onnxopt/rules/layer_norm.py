@@ -132,7 +132,8 @@ class LayerNormOp(Rule):
             return (f"{ln.name}: normalizes over axes {axis}..{rank - 1}, not the last axis "
                     f"({rank - 1}) alone")
         if any(o.num_uses or o.is_graph_output for o in ln.outputs[1:]):
-            return f"{ln.name}: its Mean/InvStdDev outputs are read, which the fused op does not give"
+            return (f"{ln.name}: its Mean/InvStdDev outputs are read, which the fused op does "
+                    "not give")
         m.extra["beta"] = ln.input(2)
         hidden, reason = hidden_size(x)
         if reason or (reason := per_feature_weights(m, hidden)):

@@ -22,6 +22,7 @@ from onnxopt.ir.node import Node
 from onnxopt.legality.predicates import last_axis, scalar_constant
 from onnxopt.match.pattern import Builder, Match
 from onnxopt.rules._norm import (
+    divides_a_value,
     emit_norm,
     ends_later,
     find_residual,
@@ -49,7 +50,7 @@ class RMSNorm(Rule):
 
         def normed(check=None):
             return p.any(p.Mul(xin, rstd, name="normed", check=check),
-                         p.Div(xin, std, name="normed", check=check))
+                         p.Div(xin, std, name="normed", check=divides_a_value(check)))
 
         def back(check=None):
             return p.Cast(normed(), name="cast_out", check=check)

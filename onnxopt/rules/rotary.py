@@ -62,7 +62,8 @@ class Rotary(Rule):
                 return (f"%{t.name}: a rotary table of shape {list(t.shape)} does not broadcast "
                         f"to x {list(x.shape)}")
             if t.shape[-1] != x.shape[-1]:
-                return f"%{t.name}: the rotary table has {t.shape[-1]} features, x has {x.shape[-1]}"
+                return (f"%{t.name}: the rotary table has {t.shape[-1]} features, "
+                        f"x has {x.shape[-1]}")
         if cos.shape != sin.shape:
             return f"%{sin.name}: sin has shape {list(sin.shape)}, cos {list(cos.shape)}"
         return None

@@ -24,3 +24,6 @@ class Silu(Rule):
 
     def rewrite(self, b: RewriteBuilder, m: Match):
         return b.fused("SiluFused", m.x)
+
+    def describe(self, m: Match) -> str:
+        return "x·sigmoid(x)"

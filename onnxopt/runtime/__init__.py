@@ -16,6 +16,8 @@ from .registry import REGISTRY, KernelRegistry, KernelSpec, Port, cpu_kernel, cu
 from .session import session, used_ops
 from .tensors import DeviceTensor
 
+from . import ops  # noqa: E402, F401 - declares the ai.onnxopt.cuda ops (CPU + CUDA kernels)
+
 __all__ = [
     "REGISTRY",
     "DeviceTensor",

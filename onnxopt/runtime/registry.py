@@ -121,11 +121,20 @@ def _check_ports(op: str, inputs: tuple[Port, ...], outputs: tuple[Port, ...]) -
         raise ValueError(f"{op}: a kernel needs at least one output")
 
 
+def _signature(inputs: tuple[Port, ...], outputs: tuple[Port, ...]) -> tuple[str, ...]:
+    return tuple(p.dtype for p in (*inputs, *outputs))
+
+
 class KernelRegistry:
-    """Kernels by (domain, op type, provider). Declaring a key again replaces it."""
+    """Kernels by (domain, op type, provider, declared dtypes). Declaring a key again replaces it.
+
+    The dtypes are part of the key because ORT dispatches among the kernels of one op by
+    their input types: an op may have one kernel per dtype (float16, bfloat16, float32), and
+    ORT allows only one dynamically typed ("any") input when an output's type must follow it.
+    """
 
     def __init__(self) -> None:
-        self._kernels: dict[tuple[str, str, str], KernelSpec] = {}
+        self._kernels: dict[tuple[str, str, str, tuple[str, ...]], KernelSpec] = {}
         self._lock = threading.Lock()
 
     def declare(
@@ -159,14 +168,14 @@ class KernelRegistry:
                 next(_serials),
             )
             with self._lock:
-                self._kernels[(domain, op_type, provider)] = spec
+                self._kernels[(domain, op_type, provider, _signature(in_ports, out_ports))] = spec
             return fn
 
         return decorate
 
     def domains(self) -> set[str]:
         with self._lock:
-            return {domain for domain, _, _ in self._kernels}
+            return {key[0] for key in self._kernels}
 
     def kernels(self, domain: str | None = None) -> list[KernelSpec]:
         with self._lock:
@@ -174,7 +183,7 @@ class KernelRegistry:
 
     def providers_of(self, domain: str, op_type: str) -> set[str]:
         with self._lock:
-            return {p for d, o, p in self._kernels if d == domain and o == op_type}
+            return {key[2] for key in self._kernels if key[:2] == (domain, op_type)}
 
     def remove(self, domain: str, op_type: str, provider: str | None = None) -> None:
         with self._lock:

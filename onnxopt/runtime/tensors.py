@@ -13,6 +13,7 @@ import ctypes
 import math
 from dataclasses import dataclass
 
+import ml_dtypes  # onnx's own dependency: NumPy's bfloat16
 import numpy as np
 
 # ONNXTensorElementDataType values (same numbers as onnx.TensorProto.DataType).
@@ -26,8 +27,12 @@ _ELEMENT_TYPES: dict[str, int] = {
     "bool": 9,
     "float16": 10,
     "float64": 11,
+    "bfloat16": 16,
 }
-_NUMPY = {code: np.dtype(name) for name, code in _ELEMENT_TYPES.items()}
+_NUMPY = {
+    code: np.dtype(ml_dtypes.bfloat16 if name == "bfloat16" else name)
+    for name, code in _ELEMENT_TYPES.items()
+}
 _ALIASES = {"float": "float32", "double": "float64", "half": "float16"}
 
 

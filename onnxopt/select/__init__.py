@@ -1,19 +1,34 @@
-"""Stage 6: bind every fused op to the best legal kernel and emit its final form."""
+"""Stage 6: bind every fused op to the best legal kernel and emit its final form.
+
+For each ``ai.onnxopt`` node: the registry's kernels for its op are checked
+against the node and the target (``requirements ⊆ capabilities``; the first
+missing capability is the rejection reason), the legal ones are ranked — by the
+cost model, or with ``--tune`` by timing them on this machine (cached) — and the
+winner's emitted nodes replace the fused node. The decomposition is always
+legal, so a model with nothing better still runs everywhere.
+"""
 
 from __future__ import annotations
 
-from onnxopt.ir.edit import replace_value
+import dataclasses
+
 from onnxopt.ir.model import Model
-from onnxopt.legality.target import make_target
+from onnxopt.legality.target import Target, make_target
 from onnxopt.options import OptimizeOptions
-from onnxopt.rules.base import FUSED_DOMAIN, RewriteBuilder
+from onnxopt.rules.base import FUSED_DOMAIN
+from onnxopt.select import cost_model
+from onnxopt.select.bind import bind
+from onnxopt.select.kernel import Kernel
 from onnxopt.select.registry import default_registry
-from onnxopt.select.selector import Selection, select_kernel
+from onnxopt.select.selector import Selection, legal_kernels, select_kernel
+from onnxopt.select.shapes import Binding
 
 
 class SelectReport:
     def __init__(self) -> None:
         self.selections: list[Selection] = []
+        self.tuned: int = 0  # signatures timed in this run (the rest came from the cache)
+        self.tune_cache: str | None = None
 
     def chosen_counts(self) -> dict[str, int]:
         out: dict[str, int] = {}
@@ -22,29 +37,91 @@ class SelectReport:
         return out
 
     def to_json(self) -> dict:
-        return {"chosen": self.chosen_counts(), "nodes": [s.to_json() for s in self.selections]}
+        data = {"chosen": self.chosen_counts(), "nodes": [s.to_json() for s in self.selections]}
+        if self.tune_cache:
+            data["tuning"] = {"cache": self.tune_cache, "signatures_timed": self.tuned}
+        return data
 
 
-def run(model: Model, options: OptimizeOptions) -> SelectReport | None:
+def select_target(model: Model, options: OptimizeOptions) -> Target:
+    """The target context for selection; its opset bound is ``--opset`` or the model's own."""
     target = make_target(options.target, determinism=options.determinism,
                          ort_version=options.ort_version, opset=options.opset)
-    registry = default_registry()
+    return dataclasses.replace(target, opset=options.opset or max(model.opset, 1))
+
+
+def run(model: Model, options: OptimizeOptions, *,
+        registry: list[Kernel] | None = None) -> SelectReport | None:
+    target = select_target(model, options)
+    registry = default_registry() if registry is None else registry
+    binding = Binding.for_model(model)
+    tuner = _Tuner(model, options, target, binding) if options.tune or options.tune_cache else None
     report = SelectReport()
-    graph = model.graph
-    for node in list(graph):
-        if node.domain != FUSED_DOMAIN:
-            continue
-        selection = select_kernel(node, target, registry)
+    fused = [n for n in model.graph.all_nodes() if n.domain == FUSED_DOMAIN]
+    for node in fused:
+        legal, _ = legal_kernels(node, target, registry, model_opset=model.opset)
+        if not legal:
+            selection = _fallback(node, target, registry, model.opset)
+        elif tuner is not None and len(legal) > 1 and (timed := tuner.times(node, legal)):
+            times, failed, sig = timed
+            selection = select_kernel(node, target, registry, times, model_opset=model.opset,
+                                      unit="ms", basis="tuned", failed=failed)
+            selection.signature = sig
+        else:
+            costs = cost_model.estimates(legal, node, target, binding)
+            selection = select_kernel(node, target, registry, costs, model_opset=model.opset)
         report.selections.append(selection)
-        b = RewriteBuilder(graph, node, f"select:{selection.chosen.name}")
-        b.opset = model.opset  # emitters spell ops for it (ReduceMean's axes became an input at 18)
-        outputs = selection.chosen.emit(b, node, target)
-        for old, new in zip(node.outputs, outputs):
-            new.dtype = new.dtype or old.dtype
-            new.shape = new.shape or old.shape
-            replace_value(graph, old, new)
-        if not any(o.num_uses or o in graph.output_set() for o in node.outputs):
-            graph.remove(node)
-        for domain, version in getattr(selection.chosen, "opsets", {}).items():
-            model.require_opset(domain, version)
+        bind(model, node, selection.chosen, target)
+    if tuner is not None:
+        tuner.cache.save()
+        report.tuned, report.tune_cache = tuner.timed, tuner.cache.path
     return report if report.selections else None
+
+
+def _fallback(node, target: Target, registry: list[Kernel], model_opset: int) -> Selection:
+    """Nothing legal (a registry without this op's decomposition): use the decomposition."""
+    from onnxopt.select.decompose import decomposition_kernels
+
+    decomposition = next(k for k in decomposition_kernels() if k.name == f"decompose.{node.op_type}")
+    _, rejected = legal_kernels(node, target, registry, model_opset=model_opset)
+    return Selection(node.name, node.op_type, decomposition, rejected, basis="fallback")
+
+
+class _Tuner:
+    """Times the legal kernels of each distinct signature once per run, through the cache."""
+
+    def __init__(self, model: Model, options: OptimizeOptions, target: Target,
+                 binding: Binding) -> None:
+        import onnxruntime
+
+        from onnxopt.select.tuning import TuningCache
+
+        self.model, self.target, self.binding = model, target, binding
+        self.cache = TuningCache(options.tune_cache)
+        self.ort_version = onnxruntime.__version__
+        self.timed = 0
+        self.measure_missing = options.tune  # a cache alone is read, never extended
+
+    def times(self, node, legal: list[Kernel]):
+        """(ms by kernel, failures, signature) for ``legal``, or None if it cannot be tuned."""
+        from onnxopt.select.tuning import cache_key, measure, signature
+
+        sig = signature(node, self.binding)
+        if sig is None:
+            return None
+        key = cache_key(sig, self.target, self.ort_version)
+        entry = self.cache.get(key) or {"times_ms": {}, "failed": {}}
+        missing = [k for k in legal if k.name not in entry["times_ms"]
+                   and k.name not in entry["failed"]]
+        if missing and not self.measure_missing:
+            return None
+        if missing:
+            # Time the whole candidate set together (interleaved), so numbers are comparable.
+            times, failed = measure(self.model, node, legal, self.target, self.binding)
+            self.cache.put(key, times, failed, runs=len(times))
+            self.timed += 1
+            entry = self.cache.get(key)
+        names = {k.name for k in legal}
+        times = {k: v for k, v in entry["times_ms"].items() if k in names}
+        failed = {k: v for k, v in entry["failed"].items() if k in names}
+        return times, failed, sig

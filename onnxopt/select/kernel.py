@@ -2,11 +2,14 @@
 
 Selection compares a fused node's requirements with these capabilities; the
 first capability a kernel lacks is its rejection reason, as a sentence.
+Capabilities are what the implementation *really* does — each ORT record was
+checked numerically against the fused op's decomposition (tests/select/) —
+not what its documentation suggests.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -14,18 +17,39 @@ from onnxopt.ir.node import Node
 from onnxopt.legality.target import Target
 
 ALL_FLOATS = frozenset({"float32", "float16", "bfloat16", "float64"})
-BOTH_PROVIDERS = frozenset({"CPUExecutionProvider", "CUDAExecutionProvider"})
+CPU = frozenset({"CPUExecutionProvider"})
+CUDA = frozenset({"CUDAExecutionProvider"})
+BOTH_PROVIDERS = CPU | CUDA
+MS_DOMAIN = "com.microsoft"
+
+
+def provider_names(providers: frozenset[str]) -> str:
+    return " and ".join(sorted(p.removesuffix("ExecutionProvider") for p in providers))
 
 
 @dataclass(frozen=True)
 class Kernel:
+    """One implementation of a fused op.
+
+    ``min_opset`` is the ONNX (default domain) opset its nodes need: the model
+    must already import it — onnxopt never converts a model's opset to make a
+    kernel legal. ``opsets`` are the other domains its nodes use (``{"com.microsoft":
+    1}``); stage 6 adds them to the model's imports. ``cpu_dtypes`` narrows
+    ``dtypes`` on the CPU provider where ORT registers fewer types there. ``cost``
+    is the prior relative to the decomposition (1.0) when neither the cost model
+    nor tuning knows better. ``requires`` checks what is specific to the op
+    (layouts, mask shapes, attribute values) and returns a sentence or None.
+    """
+
     name: str
     implements: str
     backend: str  # "ort" | "pycuda" | "decompose"
     emit: Callable[[Any, Node, Target], list]
     dtypes: frozenset[str] = ALL_FLOATS
+    cpu_dtypes: frozenset[str] | None = None
     providers: frozenset[str] = BOTH_PROVIDERS
     min_opset: int = 0
+    opsets: Mapping[str, int] = field(default_factory=dict, hash=False)
     min_ort: tuple[int, int] = (0, 0)
     min_compute_capability: tuple[int, int] = (0, 0)
     head_dims: frozenset[int] | None = None
@@ -37,15 +61,24 @@ class Kernel:
     requires: Callable[[Node, Target], str | None] | None = field(default=None, compare=False)
     notes: str = ""
 
-    def rejects(self, node: Node, target: Target) -> str | None:
-        """The first capability this kernel lacks for ``node`` on ``target``, or None."""
+    def rejects(self, node: Node, target: Target, *, model_opset: int | None = None) -> str | None:
+        """The first capability this kernel lacks for ``node`` on ``target``, or None.
+
+        ``model_opset`` is the ONNX opset the model imports (None: only the target's
+        ``opset`` bounds it).
+        """
         if target.provider not in self.providers:
-            return f"runs only on {', '.join(sorted(p.removesuffix('ExecutionProvider') for p in self.providers))}"
+            return f"runs only on {provider_names(self.providers)}"
         dtype = node.inputs[0].dtype if node.inputs and node.inputs[0] is not None else None
         if dtype not in self.dtypes:
             return f"does not support dtype {dtype}"
+        if (self.cpu_dtypes is not None and target.provider == "CPUExecutionProvider"
+                and dtype not in self.cpu_dtypes):
+            return f"has no {dtype} implementation on CPU (only {', '.join(sorted(self.cpu_dtypes))})"
+        if model_opset is not None and model_opset < self.min_opset:
+            return f"needs opset {self.min_opset}; the model imports opset {model_opset}"
         if target.opset < self.min_opset:
-            return f"needs opset {self.min_opset}, target opset is {target.opset}"
+            return f"needs opset {self.min_opset}; the target allows opset {target.opset}"
         if target.ort_version < self.min_ort:
             return (f"needs ONNX Runtime {self.min_ort[0]}.{self.min_ort[1]}, target is "
                     f"{target.ort_version[0]}.{target.ort_version[1]}")
@@ -71,8 +104,11 @@ class Kernel:
     def to_json(self) -> dict:
         return {
             "name": self.name, "implements": self.implements, "backend": self.backend,
-            "dtypes": sorted(self.dtypes), "providers": sorted(self.providers),
-            "min_opset": self.min_opset, "min_ort": ".".join(map(str, self.min_ort)),
+            "dtypes": sorted(self.dtypes),
+            "cpu_dtypes": sorted(self.cpu_dtypes) if self.cpu_dtypes is not None else None,
+            "providers": sorted(self.providers),
+            "min_opset": self.min_opset, "opsets": dict(sorted(self.opsets.items())),
+            "min_ort": ".".join(map(str, self.min_ort)),
             "min_compute_capability": ".".join(map(str, self.min_compute_capability)),
             "head_dims": sorted(self.head_dims) if self.head_dims else None,
             "mask_kinds": sorted(self.mask_kinds) if self.mask_kinds else None,

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 from onnxopt.ir.node import Node
 from onnxopt.legality.target import Target
@@ -11,33 +12,73 @@ from onnxopt.select.kernel import Kernel
 
 @dataclass
 class Selection:
+    """The kernel chosen for one fused node and why every other one was not.
+
+    ``costs`` holds what ranked the legal kernels (``unit``: ``"ms"`` when tuned,
+    ``"x"`` — relative to the decomposition — from the cost model); ``basis`` says
+    which: ``"tuned"``, ``"cost model"`` or ``"only legal kernel"``.
+    """
+
     node: str
     op: str
     chosen: Kernel
     rejected: list[tuple[Kernel, str]]
+    costs: dict[str, float] = field(default_factory=dict)
+    unit: str = "x"
+    basis: str = "cost model"
+    signature: str = ""
 
     def to_json(self) -> dict:
         return {"node": self.node, "op": self.op, "chosen": self.chosen.name,
-                "rejected": {k.name: reason for k, reason in self.rejected}}
+                "basis": self.basis, "costs": {k: round(v, 4) for k, v in self.costs.items()},
+                "unit": self.unit, "rejected": {k.name: reason for k, reason in self.rejected}}
 
 
-def select_kernel(node: Node, target: Target, registry: list[Kernel],
-                  costs: dict[str, float] | None = None) -> Selection:
-    """Pick the cheapest kernel whose capabilities cover the node; ties break by name."""
-    candidates = [k for k in registry if k.implements == node.op_type]
+def legal_kernels(node: Node, target: Target, registry: list[Kernel], *,
+                  model_opset: int | None = None) -> tuple[list[Kernel], list[tuple[Kernel, str]]]:
+    """(legal kernels, [(kernel, reason)] for the others) among those implementing the node."""
     legal: list[Kernel] = []
     rejected: list[tuple[Kernel, str]] = []
-    for k in candidates:
-        reason = k.rejects(node, target)
+    for k in registry:
+        if k.implements != node.op_type:
+            continue
+        reason = k.rejects(node, target, model_opset=model_opset)
         if reason:
             rejected.append((k, reason))
         else:
             legal.append(k)
+    return legal, rejected
+
+
+def _describe(value: float, unit: str) -> str:
+    return f"{value:.3g} ms" if unit == "ms" else f"{value:.2f}x the decomposition"
+
+
+def select_kernel(node: Node, target: Target, registry: list[Kernel],
+                  costs: Mapping[str, float] | None = None, *, model_opset: int | None = None,
+                  unit: str = "x", basis: str = "cost model",
+                  failed: Mapping[str, str] | None = None) -> Selection:
+    """Pick the cheapest kernel whose capabilities cover the node; ties break by name.
+
+    ``costs`` ranks the legal kernels (a kernel missing from it ranks by its prior
+    ``Kernel.cost``); ``failed`` maps kernels that could not be measured to the
+    error, and rejects them with it.
+    """
+    legal, rejected = legal_kernels(node, target, registry, model_opset=model_opset)
+    failed = failed or {}
+    for k in [k for k in legal if k.name in failed]:
+        legal.remove(k)
+        rejected.append((k, f"failed in ONNX Runtime: {failed[k.name]}"))
     if not legal:
-        raise LookupError(f"{node.name}: no kernel implements {node.op_type}")
-    cost = (lambda k: (costs.get(k.name, k.cost), k.name)) if costs else (lambda k: (k.cost, k.name))
-    legal.sort(key=cost)
+        raise LookupError(f"{node.name}: no legal kernel implements {node.op_type}")
+    score = {k.name: float(costs[k.name]) if costs and k.name in costs else k.cost for k in legal}
+    legal.sort(key=lambda k: (score[k.name], k.name))
     chosen = legal[0]
+    if len(legal) == 1:
+        basis = "only legal kernel"
+    best = _describe(score[chosen.name], unit)
     for k in legal[1:]:
-        rejected.append((k, f"legal, but ranked below {chosen.name}"))
-    return Selection(node.name, node.op_type, chosen, rejected)
+        what = "measured" if unit == "ms" else "estimated"
+        rejected.append((k, f"{what} {_describe(score[k.name], unit)}; {chosen.name} {best}"))
+    return Selection(node.name, node.op_type, chosen, rejected, costs=score, unit=unit,
+                     basis=basis)

@@ -73,8 +73,10 @@ def verify_models(original: str | ModelProto, optimized: str | ModelProto, *, ru
     if in_a != in_b:
         raise ModelError(f"the models have different inputs: {in_a} vs {in_b}")
     types = {o.name: _ort_dtype(o.type) for o in sess_a.get_outputs()}
-    diffs = {n: OutputDiff(n, types[n], tolerance=rtol if rtol is not None
-                           else TOLERANCE.get(types[n], 0.0)) for n in names_a}
+    compute = compute_tolerance(ref_proto)
+    diffs = {n: OutputDiff(n, types[n], tolerance=rtol if rtol is not None else (
+        max(TOLERANCE.get(types[n], 0.0), compute) if types[n] in TOLERANCE else 0.0))
+        for n in names_a}
     report = VerifyReport(outputs=list(diffs.values()))
     for k, sizes in enumerate(size_sets(runs)):
         feeds = make_inputs(ref_proto, sizes, seed=seed + k)
@@ -84,6 +86,23 @@ def verify_models(original: str | ModelProto, optimized: str | ModelProto, *, ru
         for name, a, b in zip(names_a, out_a, out_b):
             _accumulate(diffs[name], np.asarray(a), np.asarray(b))
     return report
+
+
+def compute_tolerance(model: ModelProto) -> float:
+    """The tolerance of the precision a model computes in, not just of its outputs.
+
+    A float16 model with float32 inputs and outputs (onnxconverter-common's
+    ``keep_io_types``) or a dynamically quantized one is only as exact as its
+    half-precision or 8-bit interior.
+    """
+    half = sum(1 for t in model.graph.initializer if t.data_type in (10, 16))
+    quantized = any(n.op_type in ("DynamicQuantizeLinear", "MatMulInteger", "QuantizeLinear",
+                                  "QLinearMatMul", "DynamicQuantizeMatMul") for n in model.graph.node)
+    if quantized:
+        return TOLERANCE["float16"]
+    if half and half * 2 >= sum(1 for t in model.graph.initializer if t.data_type in (1, 10, 16)):
+        return TOLERANCE["float16"]
+    return 0.0
 
 
 def _accumulate(diff: OutputDiff, a: np.ndarray, b: np.ndarray) -> None:

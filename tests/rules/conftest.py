@@ -35,7 +35,7 @@ class Fused:
 
 def _fuse(model, rules, target) -> Fused:
     normalize.run(model, OptimizeOptions())
-    return Fused(model, fuse(model, rules, target or Target()))
+    return Fused(model, fuse(model, rules, target or Target(), debug=True))
 
 
 @pytest.fixture
@@ -54,7 +54,7 @@ def optimize_text(make_model) -> Callable[..., tuple]:
 
     def run(text: str, *, opset: int = 18):
         proto = make_model(text, opset=opset)
-        result = run_pipeline(proto, OptimizeOptions(target="cpu"))
+        result = run_pipeline(proto, OptimizeOptions(target="cpu", debug=True))
         return result, verify_models(proto, result.proto, runs=2)
 
     return run

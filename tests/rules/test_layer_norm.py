@@ -79,7 +79,7 @@ def test_norm_without_weight_or_bias_ends_early(fuse_text, optimize_text, tail, 
     node = _one(fused)
     assert (node.input(1) is not None, node.input(2) is not None) == (gamma, beta)
     assert fused.report.count("layer_norm") == 1
-    result, report = optimize_text(decomposed(tail=tail), opset=17)
+    _result, report = optimize_text(decomposed(tail=tail), opset=17)
     assert report.ok, report.to_json()
 
 
@@ -124,7 +124,24 @@ def test_native_layer_norm_folds_its_residual_and_outputs_the_sum(fuse_text, opt
     (mul,) = fused.nodes("Mul")
     assert mul.inputs[0] is node.outputs[1] and mul.inputs[1] is node.outputs[0]
     assert "Add" not in fused.ops
-    result, report = optimize_text(RESIDUAL_LN)
+    _result, report = optimize_text(RESIDUAL_LN)
+    assert report.ok, report.to_json()
+
+
+def test_residual_sum_that_is_a_graph_output_and_read_before_the_norm(fuse_text, optimize_text):
+    text = """
+g (float[batch, seq, 8] a, float[batch, seq, 8] b, float[8] gamma)
+    => (float[batch, seq, 8] h, float[batch, seq, 8] y, int64[3] n) {
+    h = Add (a, b)
+    n = Shape (h)
+    y = LayerNormalization <axis = -1, epsilon = 0.00001> (h, gamma)
+}
+"""
+    fused = fuse_text(text, RULES)
+    node = _one(fused)
+    assert len(node.outputs) == 2 and node.outputs[1].name == "h"
+    assert [v.name for v in fused.model.graph.outputs] == ["h", "y", "n"]
+    _result, report = optimize_text(text)
     assert report.ok, report.to_json()
 
 
@@ -205,8 +222,8 @@ def test_intermediate_used_outside(fuse_text):
 
 
 def test_native_layer_norm_over_more_than_the_last_axis(fuse_text):
-    text = RESIDUAL_LN.replace("axis = -1", "axis = 1").replace("float[8] gamma", "float[seq, 8] gamma"
-                                                                  ).replace("float[8] beta", "float[seq, 8] beta")
+    text = RESIDUAL_LN.replace("axis = -1", "axis = 1").replace(
+        "float[8] gamma", "float[seq, 8] gamma").replace("float[8] beta", "float[seq, 8] beta")
     assert _refusal(fuse_text(text, RULES)) == (
         "LayerNormalization: normalizes over axes 1..2, not the last axis (2) alone")
 

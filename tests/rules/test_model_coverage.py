@@ -21,20 +21,7 @@ DECOMPOSED = ("LayerNormalization", "ReduceMean", "Pow", "Sqrt", "Reciprocal", "
               "Sigmoid", "Neg")
 MODELS = [f"{arch}.{exporter}" for arch in EXPECTED for exporter in ("ts", "dynamo")]
 
-# canonical_scale moves GELU's factor 0.5 past the next projection's MatMul in the TorchScript
-# exports of BERT, RoBERTa and ViT, i.e. out of the activation: (x·(1+erf(x/√2)))·0.5 @ W
-# becomes ((x·(1+erf(x/√2))) @ W)·0.5. Strict: this fails loudly once normalization stops it.
-SCALE_MOVED_OUT_OF_GELU = pytest.mark.xfail(
-    strict=True, reason="canonical_scale pulls GELU's 0.5 through the weight MatMul")
-
-
-def _param(name: str):
-    if name in ("bert.ts", "roberta.ts", "vit.ts"):
-        return pytest.param(name, marks=SCALE_MOVED_OUT_OF_GELU)
-    return name
-
-
-@pytest.mark.parametrize("name", [_param(n) for n in MODELS])
+@pytest.mark.parametrize("name", MODELS)
 def test_every_block_fuses(fused_model, name):
     fused = fused_model(name)
     counts = tuple(fused.report.count(rule) for rule in RULES)

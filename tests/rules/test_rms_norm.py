@@ -29,7 +29,8 @@ g ({x}{extra_in}) => ({outputs}) <{CONSTS}> {{
 """
 
 
-TORCHSCRIPT = dict(mean="ReduceMean <axes = [-1]> (sq)", scale="r = Div (one, std)\n n = Mul (xc, r)")
+TORCHSCRIPT = {"mean": "ReduceMean <axes = [-1]> (sq)",
+               "scale": "r = Div (one, std)\n n = Mul (xc, r)"}
 
 
 def _one(fused):
@@ -60,15 +61,15 @@ def test_all_ones_weight_removed_by_normalization(fuse_text, optimize_text, scal
     text = rms(scale=scale, tail="y = Identity (n)")
     node = _one(fuse_text(text, RULES))
     assert node.inputs[1:] == ()
-    result, report = optimize_text(text)
+    _result, report = optimize_text(text)
     assert report.ok, report.to_json()
 
 
-LLAMA_FP16 = dict(
-    x="float16[batch, seq, 8] x", outputs="float16[batch, seq, 8] y",
-    head="xc = Cast <to = 1> (x)",
-    tail="h = Cast <to = 10> (n)\n g16 = Cast <to = 10> (gamma)\n y = Mul (h, g16)",
-)
+LLAMA_FP16 = {
+    "x": "float16[batch, seq, 8] x", "outputs": "float16[batch, seq, 8] y",
+    "head": "xc = Cast <to = 1> (x)",
+    "tail": "h = Cast <to = 10> (n)\n g16 = Cast <to = 10> (gamma)\n y = Mul (h, g16)",
+}
 
 
 def test_float16_llama_norm_computes_in_float32(fuse_text, optimize_text):
@@ -86,7 +87,7 @@ def test_float16_norm_without_weight_ends_at_the_cast_back(fuse_text, optimize_t
     fused = fuse_text(text, RULES)
     assert _one(fused).attr("compute_dtype") == "float32"
     assert fused.report.count("rms_norm") == 1 and not fused.reasons("rms_norm")
-    result, report = optimize_text(text)
+    _result, report = optimize_text(text)
     assert report.ok, report.to_json()
 
 
@@ -96,13 +97,13 @@ def test_t5_float16_input_with_float32_weight(fuse_text, optimize_text):
                head="xc = Cast <to = 1> (x)")
     node = _one(fuse_text(text, RULES))
     assert (node.attr("compute_dtype"), node.outputs[0].dtype) == ("float32", "float32")
-    result, report = optimize_text(text)
+    _result, report = optimize_text(text)
     assert report.ok, report.to_json()
 
 
-RESIDUAL = dict(x="float[batch, seq, 8] a", extra_in=", float[batch, seq, 8] b",
-                outputs="float[batch, seq, 8] y, float[batch, seq, 8] z",
-                head="xc = Add (a, b)", extra="z = Add (xc, y)")
+RESIDUAL = {"x": "float[batch, seq, 8] a", "extra_in": ", float[batch, seq, 8] b",
+                "outputs": "float[batch, seq, 8] y, float[batch, seq, 8] z",
+                "head": "xc = Add (a, b)", "extra": "z = Add (xc, y)"}
 
 
 def test_residual_sum_read_by_the_next_block_becomes_the_second_output(fuse_text, optimize_text):
@@ -112,7 +113,7 @@ def test_residual_sum_read_by_the_next_block_becomes_the_second_output(fuse_text
     assert node.attr("has_residual") == 1 and len(node.outputs) == 2
     (add,) = fused.nodes("Add")
     assert add.inputs == (node.outputs[1], node.outputs[0])
-    result, report = optimize_text(rms(**RESIDUAL))
+    _result, report = optimize_text(rms(**RESIDUAL))
     assert report.ok, report.to_json()
 
 
@@ -120,7 +121,7 @@ def test_residual_of_a_norm_without_weight(fuse_text, optimize_text):
     text = rms(**{**RESIDUAL, "tail": "y = Identity (n)"})
     node = _one(fuse_text(text, RULES))
     assert [v.name if v else None for v in node.inputs] == ["a", None, "b"]
-    result, report = optimize_text(text)
+    _result, report = optimize_text(text)
     assert report.ok, report.to_json()
 
 

@@ -27,10 +27,14 @@ DEFAULT_SMEM_LIMIT = 48 * 1024
 
 
 def kernels_dir() -> Path:
-    """The folder holding the ``.cu`` sources: $ONNXOPT_KERNELS_DIR or the repository's kernels/."""
+    """The folder holding the ``.cu`` sources: $ONNXOPT_KERNELS_DIR, the copy an installed
+    wheel carries (``onnxopt/kernels``, see setup.py), or the repository's kernels/."""
     env = os.environ.get("ONNXOPT_KERNELS_DIR")
     if env:
         return Path(env)
+    packaged = Path(__file__).resolve().parents[2] / "kernels"
+    if (packaged / "flash_attention.json").is_file():
+        return packaged
     return Path(__file__).resolve().parents[3] / "kernels"
 
 

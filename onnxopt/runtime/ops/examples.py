@@ -1,0 +1,95 @@
+"""Small attention graphs, spelled the way exporters write them, that stage 6 binds to
+``ai.onnxopt.cuda::FlashAttention`` (the models in ``models/`` have head size 16, below what
+the kernel takes). Used by the tests and by ``benchmarks/gpu_e2e.py``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import onnx
+import onnx.parser
+
+_CODE = {"float32": 1, "float16": 10, "bfloat16": 16}
+_TEXT = {"float32": "float", "float16": "float16", "bfloat16": "bfloat16"}
+
+
+def attention_model(*, heads: int = 8, kv_heads: int = 2, head_size: int = 64,
+                    dtype: str = "float16", causal: bool = True, padding: bool = True,
+                    opset: int = 18) -> onnx.ModelProto:
+    """``softmax(Q·Kᵀ·scale + mask)·V`` over inputs q ``[batch, heads, seq, D]``, k/v
+    ``[batch, kv_heads, seq, D]`` (repeated to ``heads`` by Unsqueeze/Expand/Reshape) and, with
+    ``padding``, ``attention_mask`` int64 ``[batch, seq]`` turned into ``(1 - m) * -10000``;
+    ``causal`` adds ``-10000`` above the diagonal from a Range comparison."""
+    code, t = _CODE[dtype], _TEXT[dtype]
+    rep = heads // kv_heads
+    body = [f"one = Cast<to={code}>(one32)", f"neg = Cast<to={code}>(neg32)",
+            f"scale = Cast<to={code}>(scale32)", f"zero = Cast<to={code}>(zero32)"]
+    terms = []
+    if padding:
+        body += ["pm = Unsqueeze(attention_mask, axes12)", f"pmf = Cast<to={code}>(pm)",
+                 "inv = Sub(one, pmf)", "padadd = Mul(inv, neg)"]
+        terms.append("padadd")
+    if causal:
+        body += ["qs = Shape(q)", "sl = Gather<axis=0>(qs, two)", "r = Range(zero_i, sl, one_i)",
+                 "ri = Unsqueeze(r, axes1)", "rj = Unsqueeze(r, axes0)",
+                 "above = Greater(rj, ri)", "cadd = Where(above, neg, zero)"]
+        terms.append("cadd")
+    kv = []
+    for name in ("k", "v"):
+        if rep > 1:
+            body += [f"{name}u = Unsqueeze({name}, axes2)", f"{name}e = Expand({name}u, expand)",
+                     f"{name}r = Reshape({name}e, merged)"]
+            kv.append(f"{name}r")
+        else:
+            kv.append(name)
+    body += [f"kt = Transpose<perm=[0,1,3,2]>({kv[0]})", "s = MatMul(q, kt)",
+             "scaled = Mul(s, scale)"]
+    if len(terms) == 2:
+        body += ["mask = Add(padadd, cadd)", "biased = Add(scaled, mask)"]
+    elif terms:
+        body += [f"biased = Add(scaled, {terms[0]})"]
+    else:
+        body += ["biased = Identity(scaled)"]
+    body += ["p = Softmax<axis=-1>(biased)", f"o = MatMul(p, {kv[1]})"]
+    inputs = [f"{t}[batch, {heads}, seq, {head_size}] q",
+              f"{t}[batch, {kv_heads}, seq, {head_size}] k",
+              f"{t}[batch, {kv_heads}, seq, {head_size}] v"]
+    if padding:
+        inputs.append("int64[batch, seq] attention_mask")
+    consts = (f"int64[2] axes12 = {{1, 2}}, int64[1] axes2 = {{2}}, int64[1] axes1 = {{1}}, "
+              f"int64[1] axes0 = {{0}}, int64 two = {{2}}, int64 zero_i = {{0}}, "
+              f"int64 one_i = {{1}}, float one32 = {{1}}, float neg32 = {{-10000}}, "
+              f"float zero32 = {{0}}, float scale32 = {{{1.0 / math.sqrt(head_size)!r}}}, "
+              f"int64[5] expand = {{1, 1, {rep}, 1, 1}}, "
+              f"int64[4] merged = {{0, {heads}, -1, {head_size}}}")
+    text = (f'<ir_version: 10, opset_import: ["": {opset}]>\n'
+            f"attention ({', '.join(inputs)}) => ({t}[batch, {heads}, seq, {head_size}] o)\n"
+            f"<{consts}>\n{{\n" + "\n".join(f"  {line}" for line in body) + "\n}")
+    model = onnx.parser.parse_model(text)
+    model.ir_version = 10
+    return model
+
+
+def attention_feeds(model: onnx.ModelProto, batch: int, seq: int, *, seed: int = 0,
+                    pad: tuple[int, ...] = ()) -> dict[str, np.ndarray]:
+    """Random q, k, v for ``model`` and a right-padded ``attention_mask`` (row i loses its last
+    ``pad[i]`` keys)."""
+    from onnxopt.runtime.tensors import numpy_dtype
+
+    rng = np.random.default_rng(seed)
+    feeds = {}
+    for vi in model.graph.input:
+        dims = [d.dim_value if d.HasField("dim_value") else {"batch": batch, "seq": seq}[
+            d.dim_param] for d in vi.type.tensor_type.shape.dim]
+        if vi.name == "attention_mask":
+            mask = np.ones(dims, np.int64)
+            for row, count in enumerate(pad):
+                if count:
+                    mask[row, seq - count:] = 0
+            feeds[vi.name] = mask
+        else:
+            dtype = numpy_dtype(vi.type.tensor_type.elem_type)
+            feeds[vi.name] = rng.standard_normal(dims).astype(np.float32).astype(dtype)
+    return feeds

@@ -1,0 +1,99 @@
+"""``ai.onnxopt.cuda::LayerNorm`` and ``::RMSNorm``: ``kernels/layer_norm.cu`` as ORT custom ops.
+
+    Y, S? = LayerNorm(X, gamma?, beta?, residual?) <epsilon: float, kernel: str>
+    Y, S? = RMSNorm(X, gamma?, residual?)          <epsilon: float, kernel: str>
+
+Over the last axis of ``v = X + residual`` (``S = v``, rounded to X's dtype, is the optional
+second output: the next block's residual). All tensors share one dtype; gamma/beta are
+``[hidden]``, residual is shaped like X. Statistics are computed in float32 by the kernel.
+``kernel`` names the specialisation chosen for the static hidden size (e.g. ``ln_f16_v8``);
+the launch wrapper falls back to the scalar variant for pointers that are not 16-byte aligned.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from onnxopt.runtime.cuda import layer_norm, rms_norm
+from onnxopt.runtime.cuda import reference as ref
+
+from ._common import address, declare, dtype_name
+
+ATTRS = {"epsilon": float, "kernel": str}
+
+
+def _check(x_shape, gamma=None, beta=None, residual=None) -> tuple[int, int]:
+    """(rows, hidden); raises when an input's shape is not what the kernel assumes."""
+    x_shape = tuple(int(d) for d in x_shape)
+    if not x_shape:
+        raise ValueError("X must have at least one axis")
+    hidden = x_shape[-1]
+    for name, t in (("gamma", gamma), ("beta", beta)):
+        if t is not None and tuple(t.shape) != (hidden,):
+            raise ValueError(f"{name} must be [{hidden}], got {list(t.shape)}")
+    if residual is not None and tuple(residual.shape) != x_shape:
+        raise ValueError(f"residual must be shaped like X {list(x_shape)}, "
+                         f"got {list(residual.shape)}")
+    rows = int(np.prod(x_shape[:-1], dtype=np.int64))
+    return rows, hidden
+
+
+def _sum(x, residual):
+    """X + residual rounded to X's dtype, as the kernel (and the original Add) stores it."""
+    if residual is None:
+        return np.asarray(x)
+    return (np.asarray(x, np.float64) + np.asarray(residual, np.float64)).astype(x.dtype)
+
+
+def layer_norm_cpu(x, gamma=None, beta=None, residual=None, *, epsilon=1e-5, kernel=""):
+    _check(x.shape, gamma, beta, residual)
+    v = _sum(x, residual)
+    y, _ = ref.layer_norm(v, gamma, beta, eps=epsilon)
+    return y.astype(x.dtype), v
+
+
+def rms_norm_cpu(x, gamma=None, residual=None, *, epsilon=1e-6, kernel=""):
+    _check(x.shape, gamma, None, residual)
+    v = _sum(x, residual)
+    y, _ = ref.rms_norm(v, gamma, eps=epsilon)
+    return y.astype(x.dtype), v
+
+
+def norm_shape(x, *_, **__):
+    return [x.shape, x.shape]
+
+
+def _outputs(out):
+    y, s = out if isinstance(out, tuple) else (out, None)
+    return y, s
+
+
+def layer_norm_cuda(ctx, x, gamma=None, beta=None, residual=None, *, out, epsilon=1e-5,
+                    kernel=""):
+    rows, hidden = _check(x.shape, gamma, beta, residual)
+    y, s = _outputs(out)
+    if s is not None and residual is None:
+        raise ValueError("the sum output S needs a residual input")
+    if rows == 0:
+        return
+    layer_norm(x.ptr, address(gamma), address(beta), y.ptr, rows, hidden, epsilon,
+               dtype_name(x.dtype), ctx.stream, residual_ptr=address(residual),
+               sum_out_ptr=address(s))
+
+
+def rms_norm_cuda(ctx, x, gamma=None, residual=None, *, out, epsilon=1e-6, kernel=""):
+    rows, hidden = _check(x.shape, gamma, None, residual)
+    y, s = _outputs(out)
+    if s is not None and residual is None:
+        raise ValueError("the sum output S needs a residual input")
+    if rows == 0:
+        return
+    rms_norm(x.ptr, address(gamma), y.ptr, rows, hidden, epsilon, dtype_name(x.dtype),
+             ctx.stream, residual_ptr=address(residual), sum_out_ptr=address(s))
+
+
+declare("LayerNorm", inputs=["X: T", "gamma?: T", "beta?: T", "residual?: T"],
+        outputs=["Y: T", "S?: T"], attrs=ATTRS, cpu=layer_norm_cpu, cuda=layer_norm_cuda,
+        shape=norm_shape)
+declare("RMSNorm", inputs=["X: T", "gamma?: T", "residual?: T"], outputs=["Y: T", "S?: T"],
+        attrs=ATTRS, cpu=rms_norm_cpu, cuda=rms_norm_cuda, shape=norm_shape)

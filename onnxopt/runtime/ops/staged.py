@@ -1,0 +1,133 @@
+"""The CUDA kernels behind ORT's *CPU* provider, copying through the device on every call.
+
+For machines with a GPU but a CPU-only onnxruntime build (the GPU check machine has
+onnxruntime 1.30 CPU): ``session(path, registry=staged_registry())`` runs every
+``ai.onnxopt.cuda`` op by uploading its inputs, launching the same CUDA kernel function ORT's
+CUDA provider would call, synchronising and downloading the outputs. That is a measurement
+and correctness path, not a fast one: its times include two copies and a synchronisation per
+op. ``StageTimes`` splits them so that kernel time and end-to-end time are reported apart.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from onnxopt.runtime.compute import KernelContext
+from onnxopt.runtime.registry import CPU, CUDA, REGISTRY, KernelRegistry, KernelSpec, Port
+from onnxopt.runtime.tensors import DeviceTensor
+
+from ._common import DOMAIN
+
+
+@dataclass
+class StageTimes:
+    """Seconds spent per phase, summed over calls (host clock around synchronous steps)."""
+
+    upload: float = 0.0
+    kernel: float = 0.0  # launch + cuCtxSynchronize
+    download: float = 0.0
+    calls: int = 0
+    by_op: dict[str, float] = field(default_factory=lambda: defaultdict(float))
+
+    def reset(self) -> None:
+        self.upload = self.kernel = self.download = 0.0
+        self.calls = 0
+        self.by_op.clear()
+
+
+class _Pool:
+    """Device buffers reused by size, so steady-state calls allocate nothing."""
+
+    def __init__(self) -> None:
+        self.free: dict[int, list[int]] = defaultdict(list)
+        self.used: list[tuple[int, int]] = []
+
+    def take(self, nbytes: int) -> int:
+        from onnxopt.runtime.cuda import driver
+
+        size = max(256, -(-nbytes // 256) * 256)
+        ptr = self.free[size].pop() if self.free[size] else driver.mem_alloc(size)
+        self.used.append((size, ptr))
+        return ptr
+
+    def give_back(self) -> None:
+        for size, ptr in self.used:
+            self.free[size].append(ptr)
+        self.used.clear()
+
+
+_lock = threading.Lock()
+_pool = _Pool()
+TIMES = StageTimes()
+
+
+def _staged(spec: KernelSpec):
+    @functools.wraps(spec.fn)  # the declaration reads attribute defaults from the signature
+    def run(*inputs, **attrs):
+        from onnxopt.runtime.cuda import driver
+
+        with _lock:
+            t0 = time.perf_counter()
+            args = []
+            for value, port in zip(inputs, spec.inputs):
+                if value is None or port.on_cpu:
+                    args.append(value)
+                    continue
+                host = np.ascontiguousarray(value)
+                ptr = _pool.take(host.nbytes)
+                if host.nbytes:
+                    driver.memcpy_htod(ptr, host.ctypes.data, host.nbytes)
+                args.append(DeviceTensor(ptr, tuple(host.shape), host.dtype, readonly=True))
+            shapes = spec.shape(*args, **attrs)
+            outs = []
+            for shape, port in zip(shapes, spec.outputs):
+                dtype = _np(port.dtype)  # the ops' outputs are typed
+                nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+                outs.append(DeviceTensor(_pool.take(nbytes), tuple(shape), dtype))
+            t1 = time.perf_counter()
+            out = outs[0] if len(outs) == 1 else tuple(outs)
+            spec.fn(KernelContext(0), *args, out=out, **attrs)
+            driver.synchronize()
+            t2 = time.perf_counter()
+            results = []
+            for o in outs:
+                host = np.empty(o.shape, o.dtype)
+                if host.nbytes:
+                    driver.memcpy_dtoh(host.ctypes.data, o.ptr, host.nbytes)
+                results.append(host)
+            _pool.give_back()
+            t3 = time.perf_counter()
+            TIMES.upload += t1 - t0
+            TIMES.kernel += t2 - t1
+            TIMES.download += t3 - t2
+            TIMES.calls += 1
+            TIMES.by_op[spec.op_type] += t2 - t1
+        return results[0] if len(results) == 1 else tuple(results)
+
+    return run
+
+
+def _np(dtype: str) -> np.dtype:
+    from onnxopt.runtime.tensors import element_type, numpy_dtype
+
+    return numpy_dtype(element_type(dtype))
+
+
+def staged_registry(registry: KernelRegistry | None = None) -> KernelRegistry:
+    """A registry whose CPU kernels of ``ai.onnxopt.cuda`` run the CUDA kernels via copies."""
+    source = registry or REGISTRY
+    staged = KernelRegistry()
+    for spec in source.kernels(DOMAIN):
+        if spec.provider != CUDA:
+            continue
+        inputs = [Port(p.name, p.dtype, p.optional, p.variadic) for p in spec.inputs]
+        attrs = {a.name: a.type for a in spec.attributes}
+        staged.declare(DOMAIN, spec.op_type, provider=CPU, inputs=inputs,
+                       outputs=list(spec.outputs), attrs=attrs)(_staged(spec))
+    return staged

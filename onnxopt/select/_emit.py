@@ -1,0 +1,72 @@
+"""Small helpers the emitters share: constants, layout conversions, attribute views."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from onnxopt.ir.dtypes import numpy_dtype
+from onnxopt.ir.node import Node
+from onnxopt.ir.value import Value
+
+BNSH_TO_BSNH = (0, 2, 1, 3)
+
+
+def i64(b, values, hint: str) -> Value:
+    return b.const(np.array(values, np.int64), hint)
+
+
+def scalar(b, value: float, dtype: str | None, hint: str) -> Value:
+    return b.const(np.array(value, numpy_dtype(dtype or "float32")), hint)
+
+
+def ones(b, size: int, dtype: str | None, hint: str = "ones") -> Value:
+    return b.const(np.ones([size], numpy_dtype(dtype or "float32")), hint)
+
+
+def transposed_from(value: Value, perm) -> Value | None:
+    """``x`` when ``value = Transpose(x, perm)``, else None."""
+    node = value.producer
+    if node is None or node.op_type != "Transpose" or node.domain not in ("", "ai.onnx"):
+        return None
+    p = node.attr("perm", node.sem.get("perm"))
+    return node.inputs[0] if p is not None and tuple(p) == tuple(perm) else None
+
+
+def merge_heads(b, x: Value, heads: int, head_size: int) -> Value:
+    """``[B, H, S, D]`` → ``[B, S, H*D]``; reads the model's own ``[B, S, H, D]`` when ``x`` is
+    its head-split Transpose, so no layout conversion is emitted at all."""
+    bsnh = transposed_from(x, BNSH_TO_BSNH)
+    if bsnh is None:
+        bsnh = b.op("Transpose", x, perm=list(BNSH_TO_BSNH))
+    return b.op("Reshape", bsnh, i64(b, [0, 0, heads * head_size], "merge_heads"))
+
+
+def split_heads(b, x: Value, heads: int, head_size: int) -> Value:
+    """``[B, S, H*D]`` → ``[B, H, S, D]`` (the model usually merges them right back; the
+    cleanup pass and ONNX Runtime cancel the Transpose pair)."""
+    y = b.op("Reshape", x, i64(b, [0, 0, heads, head_size], "split_heads"))
+    return b.op("Transpose", y, perm=list(BNSH_TO_BSNH))
+
+
+def zero_nan(b, x: Value, dtype: str | None) -> Value:
+    """``Where(IsNaN(x), 0, x)``: the NaN guard of ``nan_to_zero``."""
+    return b.op("Where", b.op("IsNaN", x), scalar(b, 0.0, dtype, "zero"), x)
+
+
+class NodeView:
+    """A read-only view of a node with some attributes overridden (to reuse a decomposition
+    for a variant: the same inputs, a different attribute)."""
+
+    def __init__(self, node: Node, **attrs: Any) -> None:
+        self._node = node
+        self._attrs = attrs
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._node, name)
+
+    def attr(self, name: str, default: Any = None) -> Any:
+        if name in self._attrs:
+            return self._attrs[name]
+        return self._node.attr(name, default)

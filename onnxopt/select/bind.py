@@ -1,0 +1,50 @@
+"""Emit a chosen kernel in place of its fused node."""
+
+from __future__ import annotations
+
+from onnxopt.ir.edit import replace_value
+from onnxopt.ir.model import Model
+from onnxopt.ir.node import Node
+from onnxopt.legality.target import Target
+from onnxopt.rules.base import RewriteBuilder
+from onnxopt.select.kernel import Kernel
+
+
+def bind(model: Model, node: Node, kernel: Kernel, target: Target) -> list[Node]:
+    """Replace ``node`` by ``kernel``'s emitted nodes; returns them.
+
+    The builder carries the model's opset (decompositions spell ops for it), and
+    the kernel's other domains are added to the model's opset imports.
+    """
+    graph = node.graph or model.graph
+    b = RewriteBuilder(graph, node, f"select:{kernel.name}")
+    b.opset = model.opset
+    outputs = kernel.emit(b, node, target)
+    for emitted in b.nodes:
+        _drop_trailing_omitted_inputs(graph, emitted)
+    if len(outputs) < len([o for o in node.outputs if o.num_uses or o.is_graph_output]):
+        raise ValueError(f"{kernel.name} emitted {len(outputs)} outputs for {node.name}")
+    for old, new in zip(node.outputs, outputs):
+        new.dtype = new.dtype or old.dtype
+        if new.shape is None:
+            new.shape = old.shape
+        if not replace_value(graph, old, new):  # a graph output that cannot take the name
+            alias = b.op("Identity", new)
+            alias.dtype, alias.shape = old.dtype, old.shape
+            replace_value(graph, old, alias)
+    if not any(o.num_uses or o in graph.output_set() for o in node.outputs):
+        graph.remove(node)
+    for domain, version in kernel.opsets.items():
+        model.require_opset(domain, version)
+    return b.nodes
+
+
+def _drop_trailing_omitted_inputs(graph, node: Node) -> None:
+    """``Op(x, g, "")`` → ``Op(x, g)``: the same in ONNX, and ONNX Runtime 1.31 crashes
+    (segmentation fault) creating a session with ``LayerNormalization(x, g, "")``."""
+    inputs = list(node.inputs)
+    if not inputs or inputs[-1] is not None:
+        return
+    while inputs and inputs[-1] is None:
+        inputs.pop()
+    graph.set_inputs(node, inputs)

@@ -1,0 +1,131 @@
+"""The cost model: each kernel's time relative to the decomposition, seeded from measurements.
+
+Without ``--tune`` the selector ranks legal kernels by these numbers. Each entry
+is keyed by kernel, execution provider and, most specific first, the node's
+*features* — what changes the answer: whether a norm folds a residual and
+also outputs the sum, whether attention carries a NaN guard, and a size bucket
+of the work at representative sizes (batch 1, sequence 128). A kernel with no entry ranks by its ``Kernel.cost``
+prior.
+
+The CPU numbers are medians of ``--tune`` micro-models (ONNX Runtime 1.31, 1
+thread, AMD EPYC) over the fused nodes of the mid-size GPT-2/BERT/LLaMA exports of
+``benchmarks/cpu_speed.py`` at batch 1 x seq 128, batch 1 x seq 512 and batch 8 x
+seq 128 (``python -m onnxopt.select.seed MODEL...`` prints them), and of
+synthetic opset-20/23/24 models for the kernels those exports cannot use.
+"""
+
+from __future__ import annotations
+
+from onnxopt.ir.node import Node
+from onnxopt.legality.target import Target
+from onnxopt.select.kernel import Kernel
+from onnxopt.select.shapes import Binding
+
+CPU = "CPUExecutionProvider"
+CUDA = "CUDAExecutionProvider"
+
+# (kernel, provider, *features) -> time relative to the decomposition of the same node.
+SEED: dict[tuple[str, ...], float] = {
+    # Attention. On CPU ORT's MultiHeadAttention is 1.0-1.25x the decomposed graph (which ORT
+    # runs as batched MatMuls); ONNX Attention-23 about 0.97x. SDPA exports' NaN guard costs
+    # two passes over the [B,H,S,L] probabilities; the fused ops and the output-guard
+    # decomposition zero NaN on [B,H,S,D] instead.
+    ("ort.MultiHeadAttention", CPU, "S"): 1.12,
+    ("ort.MultiHeadAttention", CPU): 1.06,
+    ("ort.MultiHeadAttention.repeat_kv", CPU, "nan_guard", "S"): 1.12,
+    ("ort.MultiHeadAttention.repeat_kv", CPU, "nan_guard"): 0.92,
+    ("ort.MultiHeadAttention.repeat_kv", CPU): 1.1,
+    ("onnx.Attention-23", CPU, "nan_guard"): 0.85,
+    ("onnx.Attention-23", CPU): 0.97,
+    ("decompose.AttentionFused.output_nan_guard", CPU, "nan_guard", "S"): 0.9,
+    ("decompose.AttentionFused.output_nan_guard", CPU, "nan_guard"): 0.82,
+    # LayerNorm: the decomposition's Add + LayerNormalization becomes ORT's CPU
+    # SkipLayerNormalization (7x slower) when the sum has no other reader; with the sum also
+    # an output, ORT leaves the two ops alone and an explicit SkipLayerNormalization is the
+    # slow one.
+    ("onnx.LayerNormalization-17", CPU, "residual", "sum_out"): 1.0,
+    ("onnx.LayerNormalization-17", CPU, "residual"): 0.14,
+    ("onnx.LayerNormalization-17", CPU): 1.0,
+    ("ort.SkipLayerNormalization", CPU, "residual", "sum_out"): 7.5,
+    ("ort.SkipLayerNormalization", CPU, "residual"): 1.0,
+    # RMSNorm: ORT does not fuse the decomposition (the Reciprocal spelling); its fused ops
+    # are one pass. The Skip form is no faster than the decomposition.
+    ("ort.SimplifiedLayerNormalization", CPU, "residual"): 0.6,
+    ("ort.SimplifiedLayerNormalization", CPU): 0.47,
+    ("onnx.RMSNormalization-23", CPU, "residual"): 0.61,
+    ("onnx.RMSNormalization-23", CPU): 0.48,
+    ("ort.SkipSimplifiedLayerNormalization", CPU, "residual"): 1.1,
+    # GELU: the decomposition's spelling (x·(1/√2)) is not the one ORT's own GELU fusion
+    # matches, so the explicit ops are 0.35-0.75x.
+    ("ort.FastGelu", CPU): 0.38,
+    ("ort.Gelu", CPU): 0.55,
+    ("ort.BiasGelu", CPU): 0.69,
+    ("onnx.Gelu-20", CPU): 0.56,
+    # SiLU/SwiGLU: ORT fuses x·sigmoid(x) into QuickGelu itself; ONNX Swish-24 is 3x slower.
+    ("ort.QuickGelu", CPU): 1.02,
+    ("ort.QuickGelu.mul", CPU): 1.05,
+    ("onnx.Swish-24", CPU): 3.2,
+    # CUDA (not measured here: priors): fused ops save launches and memory passes.
+    ("ort.SkipLayerNormalization", CUDA, "residual"): 0.6,
+    ("ort.SkipSimplifiedLayerNormalization", CUDA, "residual"): 0.5,
+    ("ort.MultiHeadAttention", CUDA): 0.6,
+}
+
+
+def size_bucket(elements: int) -> str:
+    return "S" if elements <= 1 << 17 else ("M" if elements <= 1 << 21 else "L")
+
+
+def features(node: Node, binding: Binding) -> tuple[str, ...]:
+    """What the table distinguishes for this node, most significant first."""
+    feats: list[str] = []
+    if node.op_type in ("LayerNormFused", "RMSNormFused") and node.attr("has_residual", 0):
+        feats.append("residual")
+        if len(node.outputs) > 1 and (node.outputs[1].num_uses or node.outputs[1].is_graph_output):
+            feats.append("sum_out")
+    if node.op_type == "AttentionFused":
+        if node.attr("nan_to_zero", 0):
+            feats.append("nan_guard")
+        q, k = node.inputs[0], node.inputs[1]
+        qs, ks = binding.shape(q.shape), binding.shape(k.shape)
+        if qs and ks:
+            feats.append(size_bucket(int(np_prod(qs[:-1]) * ks[-2])))
+    else:
+        xs = binding.shape(node.inputs[0].shape)
+        if xs:
+            feats.append(size_bucket(int(np_prod(xs))))
+    return tuple(feats)
+
+
+def np_prod(dims) -> int:
+    out = 1
+    for d in dims:
+        out *= int(d)
+    return out
+
+
+def estimate(kernel: Kernel, node: Node, target: Target, binding: Binding) -> float:
+    """The kernel's time relative to the decomposition (most specific table entry wins)."""
+    if kernel.backend == "decompose" and kernel.name == f"decompose.{node.op_type}":
+        return 1.0
+    feats = features(node, binding)
+    for n in range(len(feats), -1, -1):
+        for combo in _subsets(feats, n):
+            key = (kernel.name, target.provider, *combo)
+            if key in SEED:
+                return SEED[key]
+    return kernel.cost
+
+
+def _subsets(feats: tuple[str, ...], n: int):
+    """Ordered sub-tuples of ``feats`` of length ``n`` (earlier features first)."""
+    if n == 0:
+        yield ()
+        return
+    for i in range(len(feats)):
+        for rest in _subsets(feats[i + 1:], n - 1):
+            yield (feats[i], *rest)
+
+
+def estimates(kernels: list[Kernel], node: Node, target: Target, binding: Binding) -> dict[str, float]:
+    return {k.name: estimate(k, node, target, binding) for k in kernels}

@@ -1,0 +1,175 @@
+"""AttentionFused on ONNX Runtime's attention operators.
+
+What each operator really computes was checked in ORT (CPU) against the
+decomposition, and the records say so:
+
+- ``com.microsoft.MultiHeadAttention``: query ``[B, S, H*D]``; key/value either
+  ``[B, L, H*D]`` or already ``[B, H, L, D]`` (used as they are: the fused op's
+  K and V need no conversion); ``attention_bias`` ``[B|1, H|1, S, L]`` is added
+  to the scaled scores exactly like the decomposition's mask (a mask broadcast
+  over queries, ``[B, 1, 1, L]``, is expanded first: MHA rejects it). A row
+  whose every key is ``-inf`` gives NaN as in the decomposition; ``nan_to_zero``
+  is kept by zeroing NaN in the output (exact whenever V is finite). Equal
+  numbers of query and key/value heads only; ``…repeat_kv`` repeats K/V heads
+  for grouped-query attention.
+- ONNX ``Attention`` (opset 23): BNSH inputs as they are, additive mask,
+  grouped-query heads natively. Legal only where the model already imports
+  opset 23 — onnxopt does not convert a model's opset.
+- ``com.microsoft.GroupQueryAttention`` always applies its own causal mask from
+  per-batch key lengths and takes BSNH inputs; ``com.microsoft.Attention`` takes the
+  hidden state and packed QKV weights. Neither fits a fused op that carries an
+  exact mask after the projections; they are listed with those reasons.
+"""
+
+from __future__ import annotations
+
+from onnxopt.ir.node import Node
+from onnxopt.legality.target import Target
+from onnxopt.normalize import symdim as sd
+from onnxopt.select._emit import i64, merge_heads, split_heads, zero_nan
+from onnxopt.select.kernel import BOTH_PROVIDERS, MS_DOMAIN, Kernel
+from onnxopt.select.registry import register_loader
+
+FLOAT_HALF = frozenset({"float32", "float16"})
+
+
+def _shapes(node: Node):
+    q, k, v = node.inputs[:3]
+    return q.shape, k.shape, v.shape
+
+
+def _bnsh(node: Node) -> str | None:
+    """Rank-4 BNSH inputs with static heads and head sizes."""
+    q, k, v = node.inputs[:3]
+    if node.attr("layout", "BNSH") != "BNSH":
+        return f"needs layout BNSH, the node has {node.attr('layout')}"
+    if q.rank != 4 or k.rank != 4 or v.rank != 4:
+        return f"needs rank-4 [B, H, S, D] inputs; %{q.name} has rank {q.rank}"
+    for value in (q, k, v):
+        if not isinstance(value.shape[1], int) or not isinstance(value.shape[3], int):
+            return f"%{value.name}: heads and head size must be static, got {list(value.shape)}"
+    return None
+
+
+def _mask_dtype(node: Node) -> str | None:
+    mask, q = node.input(3), node.inputs[0]
+    if mask is not None and mask.dtype != q.dtype:
+        return f"%{mask.name}: the additive mask is {mask.dtype}, the queries {q.dtype}"
+    return None
+
+
+def _mha_requires(repeat_kv: bool):
+    def requires(node: Node, target: Target) -> str | None:
+        if reason := _bnsh(node) or _mask_dtype(node):
+            return reason
+        (_, h, _, _), (_, hk, _, _), (_, hv, _, _) = _shapes(node)
+        if h != hk or h != hv:
+            if not repeat_kv:
+                return (f"needs as many key/value heads as query heads; K/V have {hk}, Q {h} "
+                        "(grouped-query attention)")
+        elif repeat_kv:
+            return "no grouped-query heads to repeat"
+        mask = node.input(3)
+        if mask is not None and (mask.shape is None or len(mask.shape) > 4):
+            return f"%{mask.name}: the mask's shape is unknown or of rank > 4"
+        return None
+    return requires
+
+
+def attention_bias(b, node: Node):
+    """The exact additive mask as MHA's ``attention_bias`` ``[B|1, H|1, S, L]``."""
+    mask = node.input(3)
+    if mask is None:
+        return None
+    q, k = node.inputs[0], node.inputs[1]
+    shape = mask.shape
+    if (len(shape) == 4 and sd.same(shape[2], q.shape[2]) and sd.same(shape[3], k.shape[2])):
+        return mask
+    # Broadcast over queries (padding masks are [B, 1, 1, L]): MHA wants every row spelled.
+    sizes = b.op("Concat", i64(b, [1, 1], "ones"),
+                 b.op("Slice", b.op("Shape", q), i64(b, [2], "start"), i64(b, [3], "end")),
+                 b.op("Slice", b.op("Shape", k), i64(b, [2], "start"), i64(b, [3], "end")), axis=0)
+    return b.op("Expand", mask, sizes)
+
+
+def _repeat_heads(b, x, kv_heads: int, rep: int):
+    """``[B, Hkv, L, D]`` → ``[B, Hkv*rep, L, D]`` with head ``h`` reading kv head ``h // rep``."""
+    d = x.shape[3]
+    x5 = b.op("Unsqueeze", x, i64(b, [2], "axis"))
+    sizes = b.op("Concat", b.op("Slice", b.op("Shape", x), i64(b, [0], "start"), i64(b, [1], "end")),
+                 i64(b, [kv_heads, rep], "heads"),
+                 b.op("Slice", b.op("Shape", x), i64(b, [2], "start"), i64(b, [4], "end")), axis=0)
+    return b.op("Reshape", b.op("Expand", x5, sizes), i64(b, [0, kv_heads * rep, -1, d], "merge"))
+
+
+def _emit_mha(repeat_kv: bool):
+    def emit(b, node: Node, target: Target):
+        q, k, v = node.inputs[:3]
+        heads, head_size, v_head_size = q.shape[1], q.shape[3], v.shape[3]
+        if repeat_kv:
+            rep = heads // k.shape[1]
+            k = _repeat_heads(b, k, k.shape[1], rep)
+            v = _repeat_heads(b, v, v.shape[1], rep)
+        out = b.op("MultiHeadAttention", merge_heads(b, q, heads, head_size), k, v, None, None,
+                   attention_bias(b, node), domain=MS_DOMAIN, num_heads=heads,
+                   scale=float(node.attr("scale", 1.0)))
+        if node.attr("nan_to_zero", 0):
+            out = zero_nan(b, out, q.dtype)
+        return [split_heads(b, out, heads, v_head_size)]
+    return emit
+
+
+def _attention23_requires(node: Node, target: Target) -> str | None:
+    return _bnsh(node) or _mask_dtype(node)
+
+
+def _emit_attention23(b, node: Node, target: Target):
+    q, k, v = node.inputs[:3]
+    out = b.op("Attention", q, k, v, node.input(3), scale=float(node.attr("scale", 1.0)))
+    if node.attr("nan_to_zero", 0):
+        out = zero_nan(b, out, q.dtype)
+    return [out]
+
+
+def _gqa_requires(node: Node, target: Target) -> str | None:
+    return ("applies its own causal mask from per-batch key lengths (seqlens_k) to BSNH "
+            "inputs; AttentionFused carries an exact additive mask")
+
+
+def _contrib_attention_requires(node: Node, target: Target) -> str | None:
+    return ("takes the hidden state and packed QKV projection weights; AttentionFused "
+            "starts after the projections")
+
+
+def _never(b, node, target):  # pragma: no cover - never legal, so never emitted
+    raise AssertionError("this kernel is never selected")
+
+
+def kernels() -> list[Kernel]:
+    ms = {MS_DOMAIN: 1}
+    return [
+        Kernel(name="ort.MultiHeadAttention", implements="AttentionFused", backend="ort",
+               emit=_emit_mha(False), dtypes=FLOAT_HALF,
+               providers=BOTH_PROVIDERS, opsets=ms, min_ort=(1, 17),
+               requires=_mha_requires(False), cost=1.0,
+               notes="com.microsoft; Q as [B,S,H*D], K/V BNSH as they are, exact mask as "
+                     "attention_bias; NaN guard on the output"),
+        Kernel(name="ort.MultiHeadAttention.repeat_kv", implements="AttentionFused",
+               backend="ort", emit=_emit_mha(True), dtypes=FLOAT_HALF,
+               providers=BOTH_PROVIDERS, opsets=ms,
+               min_ort=(1, 17), requires=_mha_requires(True), cost=1.1,
+               notes="grouped-query attention with K/V heads repeated (Expand) for MHA"),
+        Kernel(name="onnx.Attention-23", implements="AttentionFused", backend="ort",
+               emit=_emit_attention23, dtypes=FLOAT_HALF, providers=BOTH_PROVIDERS,
+               min_opset=23, min_ort=(1, 23), requires=_attention23_requires, cost=1.0,
+               notes="ONNX Attention: BNSH as is, additive mask, GQA native"),
+        Kernel(name="ort.GroupQueryAttention", implements="AttentionFused", backend="ort",
+               emit=_never, dtypes=FLOAT_HALF, providers=BOTH_PROVIDERS, opsets=ms,
+               requires=_gqa_requires, notes="causal-with-seqlens only"),
+        Kernel(name="ort.Attention", implements="AttentionFused", backend="ort", emit=_never,
+               dtypes=FLOAT_HALF, providers=BOTH_PROVIDERS, opsets=ms,
+               requires=_contrib_attention_requires, notes="packed QKV projection + attention"),
+    ]
+
+
+register_loader(kernels)

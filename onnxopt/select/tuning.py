@@ -1,0 +1,251 @@
+"""``--tune``: time every legal kernel of a fused-op signature on this machine, keep the fastest.
+
+Like TensorRT's tactic selection: for each distinct signature (op, attributes,
+input shapes at representative sizes, dtypes) every legal candidate — the
+decomposition always among them — is emitted into a micro-model holding just
+that op (plus the head-split/merge Transposes around it in the model, which
+ONNX Runtime cancels against the emitted layout conversions), and timed in
+ONNX Runtime on the target's provider: 1 intra-op thread, no spinning, the
+candidates interleaved, the median of ``runs`` after a warm-up.
+
+Decisions go to a JSON cache keyed by signature, provider, ONNX Runtime
+version and machine (host name and CPU model), so later runs and other
+machines of the same kind (a CI fleet) reuse them; an entry is re-measured
+only for candidates it lacks.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import platform
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from onnxopt.ir.dtypes import numpy_dtype
+from onnxopt.ir.graph import Graph
+from onnxopt.ir.model import Model
+from onnxopt.ir.node import Node
+from onnxopt.ir.value import Value
+from onnxopt.legality.target import Target
+from onnxopt.rules.base import FUSED_DOMAIN, make_attr
+from onnxopt.select._emit import BNSH_TO_BSNH, transposed_from
+from onnxopt.select.kernel import Kernel
+from onnxopt.select.shapes import Binding
+
+CACHE_FORMAT = 1
+DEFAULT_RUNS = 15
+
+
+def default_cache_path() -> str:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "onnxopt", "tuning.json")
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def machine_id() -> str:
+    return f"{platform.node()}/{cpu_model()}"
+
+
+def _fmt_attr(v) -> str:
+    if isinstance(v, float):
+        return f"{v:.6g}"
+    if isinstance(v, (list, tuple)):
+        return "[" + ",".join(_fmt_attr(x) for x in v) + "]"
+    return str(v)
+
+
+def signature(node: Node, binding: Binding) -> str | None:
+    """Op, attributes, inputs (dtype, representative shape, constant or not); None when a
+    shape is unknown (such a node is ranked by the cost model instead)."""
+    parts = [node.op_type]
+    parts += [f"{k}={_fmt_attr(a.value)}" for k, a in sorted(node.attrs.items())]
+    for v in node.inputs:
+        if v is None:
+            parts.append("-")
+            continue
+        shape = binding.shape(v.shape)
+        if shape is None:
+            return None
+        kind = "const" if v.const is not None else ("bsnh" if _bsnh_source(v) else "")
+        parts.append(f"{v.dtype}{list(shape)}{kind}")
+    parts.append(f"outputs={sum(1 for o in node.outputs if o.num_uses or o.is_graph_output)}")
+    if _merge_consumer(node) is not None:
+        parts.append("merged")
+    return "|".join(parts)
+
+
+def cache_key(sig: str, target: Target, ort_version: str) -> str:
+    return f"{sig}|{target.provider}|ort {ort_version}|{machine_id()}"
+
+
+class TuningCache:
+    """The decisions file: ``{"format": 1, "entries": {key: {"times_ms": …, "failed": …}}}``."""
+
+    def __init__(self, path: str | None) -> None:
+        self.path = path or default_cache_path()
+        self.entries: dict[str, dict] = {}
+        self.dirty = False
+        try:
+            data = json.loads(Path(self.path).read_text())
+            if data.get("format") == CACHE_FORMAT:
+                self.entries = dict(data.get("entries", {}))
+        except (OSError, ValueError):
+            pass
+
+    def get(self, key: str) -> dict | None:
+        return self.entries.get(key)
+
+    def put(self, key: str, times_ms: dict[str, float], failed: dict[str, str], runs: int) -> None:
+        old = self.entries.get(key, {})
+        self.entries[key] = {
+            "times_ms": {**old.get("times_ms", {}), **{k: round(v, 5) for k, v in times_ms.items()}},
+            "failed": {**old.get("failed", {}), **failed},
+            "runs": runs,
+            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        }
+        self.dirty = True
+
+    def save(self) -> None:
+        if not self.dirty:
+            return
+        path = Path(self.path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tuning-", suffix=".json")
+        with os.fdopen(fd, "w") as f:
+            json.dump({"format": CACHE_FORMAT, "entries": dict(sorted(self.entries.items()))}, f,
+                      indent=1)
+        os.chmod(tmp, 0o644)  # shareable (CI caches, other users), like any file we write
+        os.replace(tmp, path)
+        self.dirty = False
+
+
+# ----------------------------------------------------------------------------- micro-models
+
+
+def _bsnh_source(v: Value) -> Value | None:
+    """The model's [B, S, H, D] value when ``v`` is its head-split Transpose."""
+    src = transposed_from(v, BNSH_TO_BSNH) if v.rank == 4 else None
+    return src if src is not None and src.const is None else None
+
+
+def _merge_consumer(node: Node) -> Node | None:
+    """The head-merge Transpose that alone reads a BNSH output."""
+    out = node.outputs[0]
+    if out.rank != 4 or out.num_uses != 1 or out.is_graph_output:
+        return None
+    user = out.uses()[0][0]
+    return user if transposed_from(user.output, BNSH_TO_BSNH) is out else None
+
+
+def micro_model(model: Model, node: Node, kernel: Kernel, target: Target,
+                binding: Binding) -> Model:
+    """A model holding just ``node`` (bound to ``kernel``) at representative sizes."""
+    from onnxopt.select.bind import bind
+
+    graph = Graph("tune")
+    inputs: list[Value | None] = []
+    for i, v in enumerate(node.inputs):
+        if v is None:
+            inputs.append(None)
+        elif v.const is not None:
+            inputs.append(graph.add_constant(v.const, hint=f"c{i}"))
+        elif (src := _bsnh_source(v)) is not None:
+            x = graph.add_input(f"in{i}", src.dtype, binding.shape(src.shape))
+            t = graph.make_node("Transpose", [x], attrs={"perm": make_attr(list(BNSH_TO_BSNH))})
+            t.output.dtype, t.output.shape = v.dtype, binding.shape(v.shape)
+            inputs.append(t.output)
+        else:
+            inputs.append(graph.add_input(f"in{i}", v.dtype, binding.shape(v.shape)))
+    copy = graph.make_node(node.op_type, inputs, num_outputs=len(node.outputs),
+                           domain=FUSED_DOMAIN, attrs=dict(node.attrs), name="fused")
+    outputs = []
+    for old, new in zip(node.outputs, copy.outputs):
+        new.dtype, new.shape = old.dtype, binding.shape(old.shape)
+        if old.num_uses or old.is_graph_output:
+            outputs.append(new)
+    merge = _merge_consumer(node)
+    if merge is not None:
+        t = graph.make_node("Transpose", [copy.outputs[0]],
+                            attrs={"perm": make_attr(list(BNSH_TO_BSNH))})
+        t.output.dtype, t.output.shape = merge.output.dtype, binding.shape(merge.output.shape)
+        outputs[0] = t.output
+    graph.set_outputs(outputs)
+    micro = Model(graph, opset_imports=dict(model.opset_imports), ir_version=model.ir_version)
+    micro.opset_imports.setdefault(FUSED_DOMAIN, 1)
+    bind(micro, copy, kernel, target)
+    micro.opset_imports.pop(FUSED_DOMAIN, None)
+    return micro
+
+
+def _session(proto_bytes: bytes, target: Target):
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = 1
+    so.inter_op_num_threads = 1
+    so.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    so.add_session_config_entry("session.inter_op.allow_spinning", "0")
+    so.log_severity_level = 3
+    return ort.InferenceSession(proto_bytes, so, providers=[target.provider])
+
+
+def _feeds(session, seed: int = 0) -> dict:
+    rng = np.random.default_rng(seed)
+    feeds = {}
+    for inp in session.get_inputs():
+        shape = [d if isinstance(d, int) else 1 for d in inp.shape]
+        kind = inp.type.removeprefix("tensor(").removesuffix(")")
+        dtype = numpy_dtype({"float": "float32", "double": "float64"}.get(kind, kind))
+        if np.issubdtype(dtype, np.floating):
+            feeds[inp.name] = rng.standard_normal(shape).astype(dtype)
+        else:
+            feeds[inp.name] = np.ones(shape, dtype)
+    return feeds
+
+
+def measure(model: Model, node: Node, kernels: list[Kernel], target: Target, binding: Binding,
+            runs: int = DEFAULT_RUNS, budget_s: float = 2.0) -> tuple[dict[str, float], dict[str, str]]:
+    """Median milliseconds of each kernel's micro-model, and the kernels that failed (why)."""
+    from onnxopt.exporter import export_model
+
+    sessions, failed = {}, {}
+    for k in kernels:
+        try:
+            proto = export_model(micro_model(model, node, k, target, binding))
+            sessions[k.name] = _session(proto.SerializeToString(), target)
+        except Exception as e:  # noqa: BLE001 - a kernel that cannot run is rejected with why
+            failed[k.name] = f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"
+    feeds = {name: _feeds(s) for name, s in sessions.items()}
+    samples: dict[str, list[float]] = {name: [] for name in sessions}
+    for name, s in list(sessions.items()):
+        try:
+            for _ in range(2):
+                s.run(None, feeds[name])
+        except Exception as e:  # noqa: BLE001
+            failed[name] = f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"
+            del sessions[name]
+    names = sorted(sessions)
+    deadline = time.perf_counter() + budget_s
+    for r in range(runs):
+        for name in names[r % len(names):] + names[:r % len(names)] if names else []:
+            start = time.perf_counter()
+            sessions[name].run(None, feeds[name])
+            samples[name].append(time.perf_counter() - start)
+        if r >= 4 and time.perf_counter() > deadline:
+            break
+    return {n: statistics.median(samples[n]) * 1000 for n in names}, failed

@@ -1,0 +1,242 @@
+"""The ai.onnxopt.cuda ops through the bridge on the CPU provider (their NumPy reference
+kernels), the right-padding check, and what the CUDA kernels hand the launch wrappers
+(recorded, since there is no GPU here)."""
+
+from __future__ import annotations
+
+import math
+
+import ml_dtypes
+import numpy as np
+import onnx
+import onnx.parser
+import pytest
+
+from onnxopt.runtime import REGISTRY, DeviceTensor, KernelContext, session
+from onnxopt.runtime.cuda import reference as ref
+from onnxopt.runtime.ops import DOMAIN, DTYPES, OPS, drop_padding_checks, right_padded_lengths
+from onnxopt.runtime.ops import activations as act_ops
+from onnxopt.runtime.ops import attention as attn_ops
+from onnxopt.runtime.ops import norms as norm_ops
+from onnxopt.runtime.registry import CPU, CUDA
+from onnxopt.runtime.session import kernels_for
+
+RNG = np.random.default_rng(0)
+
+
+def parse(text: str) -> onnx.ModelProto:
+    header = f'<ir_version: 10, opset_import: ["": 21, "{DOMAIN}": 1]>\n'
+    proto = onnx.parser.parse_model(header + text)
+    proto.ir_version = 10
+    return proto
+
+
+def run(text: str, feeds: dict) -> list[np.ndarray]:
+    return session(parse(text), providers=[CPU]).run(None, feeds)
+
+
+def rand(*shape, dtype=np.float16):
+    return RNG.standard_normal(shape).astype(np.float32).astype(dtype)
+
+
+# --- declarations ----------------------------------------------------------------------------------
+
+
+def test_every_op_has_a_cpu_and_a_cuda_kernel_per_dtype():
+    specs = REGISTRY.kernels(DOMAIN)
+    for op in OPS:
+        for provider in (CPU, CUDA):
+            dtypes = {s.inputs[0].dtype for s in specs if s.op_type == op and s.provider == provider}
+            assert dtypes == set(DTYPES), (op, provider)
+    for spec in specs:
+        if spec.provider == CUDA:
+            assert spec.shape is not None
+    padding = [s.inputs[4] for s in specs if s.op_type == "FlashAttention"]
+    assert all(p.name == "key_padding_mask" and p.optional for p in padding)
+    assert all(p.on_cpu for s, p in zip(specs, padding) if s.provider == CUDA)
+
+
+def test_a_cpu_session_registers_only_cpu_kernels():
+    model = parse("""g (float16[2,4] x, float16[2,4] y) => (float16[2,4] z) {
+        z = ai.onnxopt.cuda.SwiGLU (x, y) }""")
+    assert {k.provider for k in kernels_for(model, on_cuda=False)} == {CPU}
+    assert {k.provider for k in kernels_for(model, on_cuda=True)} == {CPU, CUDA}
+
+
+# --- attention -------------------------------------------------------------------------------------
+
+ATTENTION = """
+g ({t}[B,8,S,64] q, {t}[B,2,T,64] k, {t}[B,2,T,64] v, int32[B] lens, int64[B,T] mask)
+  => ({t}[B,8,S,64] o) {{
+  o = ai.onnxopt.cuda.FlashAttention <kernel="fa_tc_f16_d64_bm128_bn64", tile_m=128,
+        tile_n=64, warps=8, scale=0.125, causal={causal}> (q, k, v, lens, mask)
+}}"""
+
+
+def padded(b, t, pads):
+    mask = np.ones((b, t), np.int64)
+    for row, n in enumerate(pads):
+        if n:
+            mask[row, t - n:] = 0
+    return mask
+
+
+@pytest.mark.parametrize("causal", [0, 1])
+def test_flash_attention_cpu_kernel(causal):
+    b, s, t = 2, 5, 9
+    q, k, v = rand(b, 8, s, 64), rand(b, 2, t, 64), rand(b, 2, t, 64)
+    mask = padded(b, t, (0, 3))
+    lens = mask.sum(axis=1).astype(np.int32)
+    (o,) = run(ATTENTION.format(t="float16", causal=causal),
+               {"q": q, "k": k, "v": v, "lens": lens, "mask": mask})
+    want = ref.attention(q, k, v, scale=0.125, causal=bool(causal), kv_lens=lens)
+    assert o.dtype == np.float16
+    np.testing.assert_allclose(o.astype(np.float64), want, atol=2e-3, rtol=2e-3)
+
+
+def test_left_padding_raises_and_the_session_stays_usable():
+    sess = session(parse(ATTENTION.format(t="float16", causal=0)), providers=[CPU])
+    b, t = 2, 6
+    feeds = {"q": rand(b, 8, 3, 64), "k": rand(b, 2, t, 64), "v": rand(b, 2, t, 64)}
+    left = np.array([[1] * 6, [0, 0, 1, 1, 1, 1]], np.int64)
+    with pytest.raises(Exception, match="key_padding_mask row 1 is not right-padded"):
+        sess.run(None, {**feeds, "lens": left.sum(1).astype(np.int32), "mask": left})
+    right = padded(b, t, (0, 2))
+    (o,) = sess.run(None, {**feeds, "lens": right.sum(1).astype(np.int32), "mask": right})
+    assert np.isfinite(o.astype(np.float32)).all()
+
+
+def test_drop_padding_checks():
+    model = parse(ATTENTION.format(t="float16", causal=0))
+    assert drop_padding_checks(model) == 1
+    assert list(model.graph.node[0].input) == ["q", "k", "v", "lens"]
+
+
+def test_right_padded_lengths():
+    np.testing.assert_array_equal(
+        right_padded_lengths(np.array([[1, 1, 0], [0, 0, 0], [1, 1, 1]])), [2, 0, 3])
+    assert right_padded_lengths(np.array([[True, False]])).dtype == np.int32
+    with pytest.raises(ValueError, match="row 0 is not right-padded"):
+        right_padded_lengths(np.array([[1, 0, 1]]))
+    with pytest.raises(ValueError, match=r"must be \[batch, keys\]"):
+        right_padded_lengths(np.ones(3))
+
+
+def test_bfloat16_and_float32_attention_without_padding():
+    text = """
+    g (float[1,2,4,64] q, float[1,2,7,64] k, float[1,2,7,64] v) => (float[1,2,4,64] o, float[1,2,4,64] p) {
+      qb = Cast<to=16>(q)
+      kb = Cast<to=16>(k)
+      vb = Cast<to=16>(v)
+      ob = ai.onnxopt.cuda.FlashAttention <scale=0.125, causal=1> (qb, kb, vb)
+      o = Cast<to=1>(ob)
+      p = ai.onnxopt.cuda.FlashAttention <causal=1> (q, k, v)
+    }"""
+    q, k, v = (rand(1, 2, n, 64, dtype=np.float32) for n in (4, 7, 7))
+    o, p = run(text, {"q": q, "k": k, "v": v})
+    bf = [np.asarray(x.astype(ml_dtypes.bfloat16), np.float64) for x in (q, k, v)]
+    np.testing.assert_allclose(o, ref.attention(*bf, scale=0.125, causal=True), atol=2e-2)
+    # scale 0 (absent) is 1/sqrt(D), as in the kernel
+    np.testing.assert_allclose(p, ref.attention(q, k, v, scale=1 / math.sqrt(64), causal=True),
+                               rtol=1e-5, atol=1e-6)
+
+
+def test_attention_shape_errors_are_sentences():
+    with pytest.raises(ValueError, match="cannot share"):
+        attn_ops.dims((1, 6, 4, 64), (1, 4, 4, 64), (1, 4, 4, 64))
+    with pytest.raises(ValueError, match="kv_lens must be"):
+        attn_ops.dims((2, 4, 4, 64), (2, 4, 4, 64), (2, 4, 4, 64), (3,))
+    assert attn_ops.dims((3, 5, 64), (3, 7, 64), (3, 7, 64)) == (3, 1, 1, 5, 7, 64)
+
+
+# --- norms and activations ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype, onnx_type, tol", [(np.float16, "float16", 3e-3),
+                                                   (np.float32, "float", 1e-5)])
+def test_layer_norm_with_residual_and_sum(dtype, onnx_type, tol):
+    text = f"""
+    g ({onnx_type}[2,3,64] x, {onnx_type}[64] g, {onnx_type}[64] b, {onnx_type}[2,3,64] r)
+      => ({onnx_type}[2,3,64] y, {onnx_type}[2,3,64] s, {onnx_type}[2,3,64] y2) {{
+      y, s = ai.onnxopt.cuda.LayerNorm <epsilon=0.001> (x, g, b, r)
+      y2 = ai.onnxopt.cuda.RMSNorm (x, g)
+    }}"""
+    x, g, b, r = rand(2, 3, 64, dtype=dtype), rand(64, dtype=dtype), rand(64, dtype=dtype), \
+        rand(2, 3, 64, dtype=dtype)
+    y, s, y2 = run(text, {"x": x, "g": g, "b": b, "r": r})
+    total = (x.astype(np.float64) + r).astype(dtype)
+    np.testing.assert_array_equal(s, total)
+    want, _ = ref.layer_norm(total, g, b, eps=1e-3)
+    np.testing.assert_allclose(y.astype(np.float64), want, rtol=tol, atol=tol)
+    want2, _ = ref.rms_norm(x, g, eps=1e-6)
+    np.testing.assert_allclose(y2.astype(np.float64), want2, rtol=tol, atol=tol)
+
+
+def test_bias_gelu_and_swiglu():
+    text = """
+    g (float16[4,32] x, float16[32] bias, float16[4,32] up) => (float16[4,32] a, float16[4,32] b, float16[4,32] c) {
+      a = ai.onnxopt.cuda.BiasGelu <approximate="tanh"> (x, bias)
+      b = ai.onnxopt.cuda.BiasGelu (x)
+      c = ai.onnxopt.cuda.SwiGLU (x, up)
+    }"""
+    x, bias, up = rand(4, 32), rand(32), rand(4, 32)
+    a, b, c = run(text, {"x": x, "bias": bias, "up": up})
+    np.testing.assert_allclose(a, ref.bias_gelu(x, bias, approximate="tanh"), rtol=2e-3, atol=2e-3)
+    np.testing.assert_allclose(b, ref.bias_gelu(x), rtol=2e-3, atol=2e-3)
+    np.testing.assert_allclose(c, ref.swiglu(x, up), rtol=2e-3, atol=2e-3)
+
+
+def test_shape_mismatch_is_an_ort_error():
+    text = """g (float16[4,32] x, float16[16] bias) => (float16[4,32] y) {
+        y = ai.onnxopt.cuda.BiasGelu (x, bias) }"""
+    with pytest.raises(Exception, match=r"bias must be \[32\], got \[16\]"):
+        run(text, {"x": rand(4, 32), "bias": rand(16)})
+
+
+# --- the CUDA kernels' calls, recorded --------------------------------------------------------------
+
+
+def device(shape, dtype=np.float16, ptr=0x1000):
+    return DeviceTensor(ptr, tuple(shape), np.dtype(dtype))
+
+
+def test_cuda_attention_launches_on_orts_stream_with_the_named_tile(monkeypatch):
+    calls = []
+    monkeypatch.setattr(attn_ops, "flash_attention", lambda *a, **k: calls.append((a, k)))
+    q, k, v = device((2, 8, 5, 64), ptr=0x100), device((2, 2, 9, 64), ptr=0x200), \
+        device((2, 2, 9, 64), ptr=0x300)
+    lens, out = device((2,), np.int32, ptr=0x400), device((2, 8, 5, 64), ptr=0x500)
+    mask = padded(2, 9, (0, 4))
+    attn_ops.attention_cuda(KernelContext(0xABC), q, k, v, lens, mask, out=out,
+                            kernel="fa_tc_f16_d64_bm64_bn64", scale=0.125, causal=1)
+    (args, kwargs), = calls
+    assert args == (0x100, 0x200, 0x300, 0x500, 0x400, 2, 8, 2, 5, 9, 64, 0.125, True,
+                    "float16", 0xABC)
+    assert kwargs == {"tile": "fa_tc_f16_d64_bm64_bn64"}
+    with pytest.raises(ValueError, match="not right-padded"):
+        attn_ops.attention_cuda(KernelContext(0xABC), q, k, v, lens, mask[:, ::-1].copy(),
+                                out=out, scale=0.125)
+    assert len(calls) == 1
+
+
+def test_cuda_norms_and_activations_pass_pointers_and_stream(monkeypatch):
+    calls = {}
+    for module, name in ((norm_ops, "layer_norm"), (norm_ops, "rms_norm"),
+                         (act_ops, "bias_gelu"), (act_ops, "swiglu")):
+        monkeypatch.setattr(module, name, lambda *a, _n=name, **k: calls.setdefault(_n, (a, k)))
+    x, g, r = device((2, 3, 64), np.float32, 0x10), device((64,), np.float32, 0x20), \
+        device((2, 3, 64), np.float32, 0x30)
+    y, s = device((2, 3, 64), np.float32, 0x40), device((2, 3, 64), np.float32, 0x50)
+    ctx = KernelContext(7)
+    norm_ops.layer_norm_cuda(ctx, x, g, None, r, out=(y, s), epsilon=1e-3)
+    assert calls["layer_norm"] == ((0x10, 0x20, 0, 0x40, 6, 64, 1e-3, "float32", 7),
+                                   {"residual_ptr": 0x30, "sum_out_ptr": 0x50})
+    norm_ops.rms_norm_cuda(ctx, x, g, out=(y, None), epsilon=1e-6)
+    assert calls["rms_norm"] == ((0x10, 0x20, 0x40, 6, 64, 1e-6, "float32", 7),
+                                 {"residual_ptr": 0, "sum_out_ptr": 0})
+    act_ops.bias_gelu_cuda(ctx, x, g, out=y, approximate="tanh")
+    assert calls["bias_gelu"] == ((0x10, 0x20, 0x40, 6, 64, "tanh", "float32", 7), {})
+    act_ops.swiglu_cuda(ctx, x, r, out=y)
+    assert calls["swiglu"] == ((0x10, 0x30, 0x40, 6, 64, "float32", 7), {})
+    with pytest.raises(ValueError, match="S needs a residual"):
+        norm_ops.layer_norm_cuda(ctx, x, g, out=(y, s))

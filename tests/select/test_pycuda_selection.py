@@ -1,0 +1,292 @@
+"""Selection of onnxopt's own CUDA kernels: a pure function of (fused node, target, registry),
+so a synthetic CUDA target stands in for a GPU. Chosen kernel, emitted attributes, and the
+exact sentence of every rejection."""
+
+from __future__ import annotations
+
+import pytest
+
+from onnxopt.exporter import export_model
+from onnxopt.importer import import_model
+from onnxopt.legality.target import Target
+from onnxopt.select.bind import bind
+from onnxopt.select.pycuda_kernels import DOMAIN, pycuda_kernels, shared_memory_limit
+from onnxopt.select.registry import default_registry
+from onnxopt.select.selector import select_kernel
+
+H100 = Target(device="cuda", compute_capability=(9, 0))
+A100 = Target(device="cuda", compute_capability=(8, 0))
+T4 = Target(device="cuda", compute_capability=(7, 5))
+RTX = Target(device="cuda", compute_capability=(8, 6))
+CPU = Target(device="cpu")
+
+
+def attention_text(dtype="float16", d=64, heads=8, kv=2, kind="causal+key_padding", dv=None):
+    dv = dv or d
+    padding = "key_padding" in kind
+    mask = kind != "none"
+    inputs = [f"{dtype}[B,{heads},S,{d}] q", f"{dtype}[B,{kv},S,{d}] k",
+              f"{dtype}[B,{kv},S,{dv}] v"]
+    args = "q, k, v"
+    if mask:
+        inputs.append(f"{dtype}[B,1,S,S] m")
+        args += ", m"
+    if padding:
+        inputs.append("int64[B,S] pad")
+        args += ", pad"
+    causal = int("causal" in kind)
+    return f"""
+    g ({", ".join(inputs)}) => ({dtype}[B,{heads},S,{dv}] o) {{
+      o = ai.onnxopt.AttentionFused <num_heads={heads}, kv_num_heads={kv}, scale=0.125,
+            head_size={d}, causal={causal}, mask_kind="{kind}", layout="BNSH"> ({args})
+    }}"""
+
+
+@pytest.fixture
+def fused(make_model):
+    """``fused(text)`` -> (model, the ai.onnxopt node), imported into the IR."""
+
+    def make(text: str, opset: int = 18):
+        model = import_model(make_model(text, opset=opset, extra_opsets={"ai.onnxopt": 1}))
+        return model, next(n for n in model.graph if n.domain == "ai.onnxopt")
+
+    return make
+
+
+@pytest.fixture(scope="module")
+def registry():
+    return default_registry()
+
+
+def reasons(selection) -> dict[str, str]:
+    return {k.name: r for k, r in selection.rejected}
+
+
+def emit(model, node, kernel, target):
+    """Bind ``kernel`` in place of ``node``; return the exported graph's custom node."""
+    bind(model, node, kernel, target)
+    proto = export_model(model)
+    ours = [n for n in proto.graph.node if n.domain == DOMAIN]
+    assert len(ours) == 1
+    return proto, ours[0]
+
+
+def attrs(node) -> dict:
+    from onnx import helper
+
+    return {a.name: helper.get_attribute_value(a) for a in node.attribute}
+
+
+# --- the records ---------------------------------------------------------------------------------
+
+
+def test_records_state_the_metadata_capabilities():
+    records = {k.name: k for k in pycuda_kernels()}
+    assert set(records) == {"pycuda.flash_attention", "pycuda.flash_attention_f32",
+                            "pycuda.layer_norm", "pycuda.rms_norm", "pycuda.bias_gelu",
+                            "pycuda.swiglu"}
+    tc, f32 = records["pycuda.flash_attention"], records["pycuda.flash_attention_f32"]
+    assert tc.dtypes == {"float16", "bfloat16"} and f32.dtypes == {"float32"}
+    assert tc.head_dims == f32.head_dims == {64, 128}
+    for k in records.values():
+        assert k.backend == "pycuda"
+        assert k.providers == {"CUDAExecutionProvider"}
+        assert k.min_compute_capability == (8, 0)
+        assert k.deterministic
+        assert k.opsets == {DOMAIN: 1}
+        assert k.to_json()["custom_op"].startswith(f"{DOMAIN}::")
+    assert tc.to_json()["mask_kinds"] == ["causal", "causal+key_padding", "key_padding", "none"]
+    assert records["pycuda.layer_norm"].dtypes == {"float16", "bfloat16", "float32"}
+
+
+def test_shared_memory_limit_defaults_by_architecture():
+    assert shared_memory_limit(H100) == 227 * 1024
+    assert shared_memory_limit(A100) == 163 * 1024
+    assert shared_memory_limit(RTX) == 99 * 1024
+    assert shared_memory_limit(Target(device="cuda", compute_capability=(9, 0),
+                                      shared_memory_bytes=50_000)) == 50_000
+
+
+# --- attention -----------------------------------------------------------------------------------
+
+
+def test_attention_binds_to_flash_attention_with_its_tile(fused, registry):
+    model, node = fused(attention_text())
+    selection = select_kernel(node, H100, registry)
+    assert selection.chosen.name == "pycuda.flash_attention"
+    assert reasons(selection)["pycuda.flash_attention_f32"] == "does not support dtype float16"
+    proto, custom = emit(model, node, selection.chosen, H100)
+    assert custom.op_type == "FlashAttention"
+    assert attrs(custom) == {"kernel": b"fa_tc_f16_d64_bm128_bn64", "tile_m": 128, "tile_n": 64,
+                             "warps": 8, "scale": pytest.approx(0.125), "causal": 1}
+    # Q, K, V, the per-row lengths computed from the padding mask, and the mask (checked).
+    assert list(custom.input[:3]) == ["q", "k", "v"] and custom.input[4] == "pad"
+    producers = {o: n.op_type for n in proto.graph.node for o in n.output}
+    assert producers[custom.input[3]] == "ReduceSum"
+    assert [n.op_type for n in proto.graph.node].count("Cast") == 2  # int64 -> bool -> int32
+    assert any(o.domain == DOMAIN and o.version == 1 for o in proto.opset_import)
+
+
+@pytest.mark.parametrize("kind", ["none", "causal", "key_padding"])
+def test_attention_mask_kinds_the_kernel_builds_itself(fused, registry, kind):
+    model, node = fused(attention_text(kind=kind))
+    selection = select_kernel(node, H100, registry)
+    assert selection.chosen.name == "pycuda.flash_attention"
+    _, custom = emit(model, node, selection.chosen, H100)
+    assert attrs(custom)["causal"] == int("causal" in kind)
+    assert len(custom.input) == (5 if "key_padding" in kind else 3)  # the additive mask is gone
+
+
+def test_additive_mask_is_rejected(fused, registry):
+    _, node = fused(attention_text(kind="additive"))
+    selection = select_kernel(node, H100, registry)
+    why = reasons(selection)
+    assert why["pycuda.flash_attention"] == (
+        "our kernel takes key padding as lengths, not an additive mask")
+    assert not selection.chosen.name.startswith("pycuda.")
+
+
+@pytest.mark.parametrize("target, dtype, d, reason", [
+    (H100, "float16", 96, "head size 96 not in [64, 128]"),
+    (H100, "float", 64, "does not support dtype float32"),
+    (T4, "float16", 64, "needs compute capability 8.0"),
+    (CPU, "float16", 64, "runs only on CUDA"),
+    (Target(device="cuda", compute_capability=(8, 6), shared_memory_bytes=64 * 1024),
+     "float16", 128, "needs 87040 bytes of shared memory per block even with its smallest tile "
+                     "(64x64), the target allows 65536"),
+])
+def test_attention_rejections(fused, registry, target, dtype, d, reason):
+    _, node = fused(attention_text(dtype=dtype, d=d))
+    selection = select_kernel(node, target, registry)
+    assert reasons(selection)["pycuda.flash_attention"] == reason
+    assert selection.chosen.name != "pycuda.flash_attention"
+
+
+def test_value_head_size_must_match(fused, registry):
+    _, node = fused(attention_text(dv=32))
+    assert reasons(select_kernel(node, H100, registry))["pycuda.flash_attention"] == (
+        "%v: V's head size 32 differs from Q's 64; the kernel needs one head size")
+
+
+def test_tile_follows_the_shared_memory_limit(fused, registry):
+    # sm_86 allows 99 KB per block: the 128-row tile of head size 128 needs 104448 bytes.
+    model, node = fused(attention_text(d=128))
+    _, custom = emit(model, node, select_kernel(node, RTX, registry).chosen, RTX)
+    assert attrs(custom)["kernel"] == b"fa_tc_f16_d128_bm64_bn64"
+    assert (attrs(custom)["tile_m"], attrs(custom)["warps"]) == (64, 4)
+    model, node = fused(attention_text(dtype="bfloat16", d=128))
+    _, custom = emit(model, node, select_kernel(node, H100, registry).chosen, H100)
+    assert attrs(custom)["kernel"] == b"fa_tc_bf16_d128_bm128_bn64"
+
+
+def test_float32_attention_uses_the_cuda_core_kernel(fused, registry):
+    model, node = fused(attention_text(dtype="float", kind="causal"))
+    ours = [k for k in registry if k.backend in ("pycuda", "decompose")]
+    selection = select_kernel(node, H100, ours)
+    assert selection.chosen.name == "pycuda.flash_attention_f32"
+    _, custom = emit(model, node, selection.chosen, H100)
+    assert attrs(custom)["kernel"] == b"fa_simt_f32_d64_bm16_bn32"
+
+
+def test_strict_determinism_keeps_our_deterministic_kernels(fused, registry):
+    _, node = fused(attention_text())
+    strict = Target(device="cuda", compute_capability=(9, 0), determinism="strict")
+    kernel = next(k for k in registry if k.name == "pycuda.flash_attention")
+    assert kernel.rejects(node, strict) is None
+
+
+# --- norms and activations -----------------------------------------------------------------------
+
+LN = """
+g ({t}[B,S,{h}] x, {g}[{h}] gamma, {t}[{h}] beta, {t}[B,S,{h}] r) => ({o}[B,S,{h}] y, {t}[B,S,{h}] s) {{
+  y, s = ai.onnxopt.LayerNormFused <epsilon=0.001, has_residual=1{extra}> (x, gamma, beta, r)
+}}"""
+
+
+def test_layer_norm_with_residual_and_sum(fused, registry):
+    model, node = fused(LN.format(t="float16", g="float16", o="float16", h=64, extra=""))
+    selection = select_kernel(node, H100, registry)
+    assert selection.chosen.name == "pycuda.layer_norm"
+    _, custom = emit(model, node, selection.chosen, H100)
+    assert custom.op_type == "LayerNorm" and len(custom.output) == 2
+    assert list(custom.input) == ["x", "gamma", "beta", "r"]
+    assert attrs(custom) == {"epsilon": pytest.approx(0.001), "kernel": b"ln_f16_v8"}
+
+
+@pytest.mark.parametrize("t, g, o, h, extra, reason", [
+    ("float16", "float", "float16", 64, "",
+     "%gamma: gamma is float32, X is float16: the kernel reads every input in one dtype"),
+    ("float16", "float16", "float", 64, "",
+     "the output is float32, the input float16: the kernel writes its input's dtype"),
+    ("float", "float", "float", 64, ', compute_dtype="float64"',
+     "computes its statistics in float64; the kernel computes them in float32"),
+    ("float16", "float16", "float16", 40000, "",
+     "hidden size 40000 is above the supported maximum for float16 (32768 with VEC=8, 8192 "
+     "with VEC=1; VEC > 1 needs hidden % VEC == 0 and 16-byte aligned pointers)"),
+])
+def test_layer_norm_rejections(fused, registry, t, g, o, h, extra, reason):
+    _, node = fused(LN.format(t=t, g=g, o=o, h=h, extra=extra))
+    assert reasons(select_kernel(node, H100, registry))["pycuda.layer_norm"] == reason
+
+
+def test_rms_norm_float32(fused, registry):
+    model, node = fused("""
+    g (float[B,S,64] x, float[64] gamma) => (float[B,S,64] y) {
+      y = ai.onnxopt.RMSNormFused <epsilon=0.000001> (x, gamma)
+    }""")
+    selection = select_kernel(node, H100, registry)
+    assert selection.chosen.name == "pycuda.rms_norm"
+    _, custom = emit(model, node, selection.chosen, H100)
+    assert (custom.op_type, list(custom.input)) == ("RMSNorm", ["x", "gamma"])
+    assert attrs(custom)["kernel"] == b"ln_f32_v4"
+
+
+def test_bias_gelu(fused, registry):
+    model, node = fused("""
+    g (float16[B,S,128] x, float16[128] bias) => (float16[B,S,128] y) {
+      y = ai.onnxopt.GeluFused <approximate="tanh"> (x, bias)
+    }""")
+    selection = select_kernel(node, H100, registry)
+    assert selection.chosen.name == "pycuda.bias_gelu"
+    _, custom = emit(model, node, selection.chosen, H100)
+    assert custom.op_type == "BiasGelu"
+    assert attrs(custom) == {"approximate": b"tanh", "kernel": b"gelu_f16_v8"}
+
+
+def test_bias_over_another_axis_is_rejected(fused, registry):
+    _, node = fused("""
+    g (float16[B,S,128] x, float16[S,128] bias) => (float16[B,S,128] y) {
+      y = ai.onnxopt.GeluFused (x, bias)
+    }""")
+    assert reasons(select_kernel(node, H100, registry))["pycuda.bias_gelu"] == (
+        "%bias: the bias has shape ['S', 128]; the kernel adds a bias over the last axis "
+        "([128]) only")
+
+
+def test_swiglu_and_its_broadcast_rejection(fused, registry):
+    model, node = fused("""
+    g (bfloat16[B,S,96] gate, bfloat16[B,S,96] up) => (bfloat16[B,S,96] y) {
+      y = ai.onnxopt.SwiGLUFused (gate, up)
+    }""")
+    selection = select_kernel(node, H100, registry)
+    assert selection.chosen.name == "pycuda.swiglu"
+    _, custom = emit(model, node, selection.chosen, H100)
+    assert attrs(custom) == {"kernel": b"swiglu_bf16_v8"}
+    _, node = fused("""
+    g (float16[B,S,96] gate, float16[1,1,96] up) => (float16[B,S,96] y) {
+      y = ai.onnxopt.SwiGLUFused (gate, up)
+    }""")
+    assert reasons(select_kernel(node, H100, registry))["pycuda.swiglu"] == (
+        "%up: gate and up are not provably one shape; the kernel does not broadcast")
+
+
+def test_cpu_target_never_emits_our_ops(models_dir):
+    from onnxopt.options import OptimizeOptions
+    from onnxopt.pipeline import run_pipeline
+
+    for name in ("gpt2.ts", "llama.dynamo"):
+        result = run_pipeline(str(models_dir / f"{name}.onnx"), OptimizeOptions(target="cpu"))
+        assert not [n for n in result.proto.graph.node if n.domain == DOMAIN]
+        rejected = {k.name: r for s in result.report.stages["select"].selections
+                    for k, r in s.rejected if k.backend == "pycuda"}
+        assert rejected and set(rejected.values()) == {"runs only on CUDA"}
