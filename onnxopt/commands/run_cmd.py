@@ -42,6 +42,7 @@ def run(model: str, inputs_path: str | None, provider: str | None, output: str |
     """
     import numpy as np
     import onnx
+    import onnxruntime as ort
 
     from onnxopt.runtime import RuntimeUnavailable, cuda_available, session, used_ops
 
@@ -51,12 +52,17 @@ def run(model: str, inputs_path: str | None, provider: str | None, output: str |
         raise UsageError(f"{output}: output path is a directory")
     proto = onnx.load(model, load_external_data=False)
     ours = sorted(op for domain, op in used_ops(proto) if domain == CUDA_DOMAIN)
-    providers = _providers(provider, ours, cuda_available)
+    providers, note = _providers(provider, ours, cuda_available)
     feeds = _feeds(model, proto, inputs_path, batch, seq, seed)
+    if note:
+        click.echo(note, err=True)
+    # ORT would also log a failing kernel's error itself; it is reported once, below.
+    options, run_options = ort.SessionOptions(), ort.RunOptions()
+    options.log_severity_level = run_options.log_severity_level = 4
     try:
-        sess = session(model, providers=providers)
+        sess = session(model, providers=providers, sess_options=options)
         names = [o.name for o in sess.get_outputs()]
-        results = sess.run(None, feeds)
+        results = sess.run(None, feeds, run_options)
     except RuntimeUnavailable as error:
         raise RunError(f"{model}: {error}") from None
     except Exception as error:  # noqa: BLE001 - ORT's errors: one line, not a traceback
@@ -69,8 +75,9 @@ def run(model: str, inputs_path: str | None, provider: str | None, output: str |
         click.echo(f"wrote {output}")
 
 
-def _providers(choice: str | None, ours: list[str], cuda_available) -> list[str]:
-    """ORT providers for ``choice``; a clear error when CUDA was asked for and cannot run."""
+def _providers(choice: str | None, ours: list[str], cuda_available) -> tuple[list[str], str]:
+    """(ORT providers for ``choice``, a note for the user or ""); a clear error when CUDA was
+    asked for and cannot run."""
     reason = cuda_available.unavailable_reason()
     if choice == "cuda" and reason is not None:
         if ours:
@@ -78,12 +85,13 @@ def _providers(choice: str | None, ours: list[str], cuda_available) -> list[str]
                            f"{reason}; run it with --provider cpu to use their CPU references")
         raise RunError(f"--provider cuda: {reason}")
     if choice == "cuda" or (choice is None and reason is None):
-        return ["CUDAExecutionProvider", "CPUExecutionProvider"]
+        return ["CUDAExecutionProvider", "CPUExecutionProvider"], ""
+    note = ""
     if ours:
         why = f" ({reason})" if choice is None and reason else ""
-        click.echo(f"note: the {CUDA_DOMAIN} ops ({', '.join(ours)}) run as their NumPy "
-                   f"reference kernels on the CPU{why}", err=True)
-    return ["CPUExecutionProvider"]
+        note = (f"note: the {CUDA_DOMAIN} ops ({', '.join(ours)}) run as their NumPy "
+                f"reference kernels on the CPU{why}")
+    return ["CPUExecutionProvider"], note
 
 
 def _feeds(model: str, proto, inputs_path: str | None, batch: int, seq: int, seed: int) -> dict:

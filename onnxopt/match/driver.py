@@ -73,7 +73,9 @@ def fuse(model: Model, rules: list[Rule], target: Target, *, debug: bool = False
     p = Builder()
     for rule in rules:
         rule.begin(model)
-        by_root.setdefault(rule.root, []).append((rule, rule.pattern(p)))
+        pattern = rule.pattern(p)
+        for root in (rule.root,) if isinstance(rule.root, str) else rule.root:
+            by_root.setdefault(root, []).append((rule, pattern))
     graph = model.graph
     _run_worklist(graph, by_root, target, report, debug, apply)
     return report

@@ -35,4 +35,8 @@ def explain_model(source: str | ModelProto, options: OptimizeOptions,
     selection = select.run(model, options)
     if rule:
         report = FusionReport([r for r in report.regions if r.rule == rule])
+        if selection is not None:
+            # fused nodes are named "<rule>/<op>" by the rewrite builder
+            selection.selections = [s for s in selection.selections
+                                    if s.node.split("/")[0] == rule]
     return Explanation(report, selection)

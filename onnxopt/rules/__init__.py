@@ -8,22 +8,16 @@ from onnxopt.rules.base import Rule
 def all_rules() -> list[Rule]:
     from onnxopt.rules.attention import Attention
     from onnxopt.rules.gelu import Gelu
-    from onnxopt.rules.layer_norm import (
-        LayerNorm,
-        LayerNormAtCast,
-        LayerNormAtDiv,
-        LayerNormAtMul,
-        LayerNormOp,
-    )
-    from onnxopt.rules.rms_norm import RMSNorm, RMSNormAtCast, RMSNormAtDiv
+    from onnxopt.rules.layer_norm import LayerNorm, LayerNormOp
+    from onnxopt.rules.rms_norm import RMSNorm
     from onnxopt.rules.rotary import Rotary
     from onnxopt.rules.silu import Silu
     from onnxopt.rules.swiglu import SwiGLU
 
     return [
         Attention(),
-        LayerNormOp(), LayerNorm(), LayerNormAtMul(), LayerNormAtDiv(), LayerNormAtCast(),
-        RMSNorm(), RMSNormAtDiv(), RMSNormAtCast(),
+        LayerNormOp(), LayerNorm(),
+        RMSNorm(),
         Gelu(),
         Silu(),
         SwiGLU(),

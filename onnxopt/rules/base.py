@@ -28,7 +28,7 @@ class Rule:
     """Base class of fusion rules."""
 
     name: ClassVar[str] = ""
-    root: ClassVar[str] = ""
+    root: ClassVar[str | tuple[str, ...]] = ""  # the op type(s) a match can end at
     fused_op: ClassVar[str] = ""
 
     def begin(self, model) -> None:

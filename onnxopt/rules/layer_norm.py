@@ -39,7 +39,9 @@ class LayerNorm(Rule):
     """(x - mean(x)) / sqrt(var(x) + ε) · γ + β  ->  ai.onnxopt.LayerNormFused(x, γ, β)"""
 
     name = "layer_norm"
-    root = "Add"
+    # Once all-ones weights and zero biases are gone, the decomposed form ends at the bias Add,
+    # the weight Mul, d / std (or d * 1/std), or the Cast back to the input type.
+    root = ("Add", "Mul", "Div", "Cast")
     fused_op = "LayerNormFused"
 
     def pattern(self, p: Builder):
@@ -92,24 +94,6 @@ class LayerNorm(Rule):
     def describe(self, m: Match) -> str:
         eps = float(m.eps.const.numpy().reshape(-1)[0])
         return f"epsilon {eps:g}{residual_text(m)}"
-
-
-class LayerNormAtMul(LayerNorm):
-    """The decomposed LayerNorm ending at its weight, or at ``d · 1/std`` (no weight, no bias)."""
-
-    root = "Mul"
-
-
-class LayerNormAtDiv(LayerNorm):
-    """The decomposed LayerNorm ending at ``d / std`` (an all-ones weight and no bias)."""
-
-    root = "Div"
-
-
-class LayerNormAtCast(LayerNorm):
-    """The decomposed LayerNorm ending at the Cast back to the input type."""
-
-    root = "Cast"
 
 
 class LayerNormOp(Rule):

@@ -37,7 +37,8 @@ class RMSNorm(Rule):
     """x / sqrt(mean(x²) + ε) · γ  ->  ai.onnxopt.RMSNormFused(x, γ, residual?)"""
 
     name = "rms_norm"
-    root = "Mul"
+    # It ends at the weight Mul, at x / sqrt(...) (an all-ones weight), or at the Cast back.
+    root = ("Mul", "Div", "Cast")
     fused_op = "RMSNormFused"
 
     def pattern(self, p: Builder):
@@ -100,15 +101,3 @@ def _not_centered(mean: Node) -> str | None:
             and node.inputs[1].producer.inputs[0] is node.inputs[0]):
         return f"averages the squares of %{squared.name} = x - mean(x): a LayerNorm, not an RMSNorm"
     return None
-
-
-class RMSNormAtDiv(RMSNorm):
-    """The RMSNorm ending at ``x / sqrt(...)`` (an all-ones weight)."""
-
-    root = "Div"
-
-
-class RMSNormAtCast(RMSNorm):
-    """The RMSNorm ending at the Cast back to the input type (an all-ones weight)."""
-
-    root = "Cast"

@@ -37,8 +37,9 @@ SEED: dict[tuple[str, ...], float] = {
     ("ort.MultiHeadAttention.repeat_kv", CPU): 1.1,
     ("onnx.Attention-23", CPU, "nan_guard"): 0.85,
     ("onnx.Attention-23", CPU): 0.97,
-    ("decompose.AttentionFused.output_nan_guard", CPU, "nan_guard", "S"): 0.9,
-    ("decompose.AttentionFused.output_nan_guard", CPU, "nan_guard"): 0.82,
+    ("decompose.AttentionFused.lean", CPU, "nan_guard", "S"): 0.88,
+    ("decompose.AttentionFused.lean", CPU, "nan_guard"): 0.75,
+    ("decompose.AttentionFused.lean", CPU, "grouped"): 0.96,
     # LayerNorm: the decomposition's Add + LayerNormalization becomes ORT's CPU
     # SkipLayerNormalization (7x slower) when the sum has no other reader; with the sum also
     # an output, ORT leaves the two ops alone and an explicit SkipLayerNormalization is the
@@ -86,6 +87,8 @@ def features(node: Node, binding: Binding) -> tuple[str, ...]:
     if node.op_type == "AttentionFused":
         if node.attr("nan_to_zero", 0):
             feats.append("nan_guard")
+        if node.attr("kv_num_heads", 0) not in (0, node.attr("num_heads", 0)):
+            feats.append("grouped")
         q, k = node.inputs[0], node.inputs[1]
         qs, ks = binding.shape(q.shape), binding.shape(k.shape)
         if qs and ks:

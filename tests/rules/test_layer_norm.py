@@ -7,13 +7,10 @@ import pytest
 
 from onnxopt.rules.layer_norm import (
     LayerNorm,
-    LayerNormAtCast,
-    LayerNormAtDiv,
-    LayerNormAtMul,
     LayerNormOp,
 )
 
-RULES = [LayerNormOp(), LayerNorm(), LayerNormAtMul(), LayerNormAtDiv(), LayerNormAtCast()]
+RULES = [LayerNormOp(), LayerNorm()]
 WEIGHTS = ("float[8] gamma = {0.5, 1.5, 2, 1, 1, 1, 1, 3}, "
            "float[8] beta = {0.1, 0, 0, 0, 0, 0, 0, 0.2}, float eps = {0.00001}, float two = {2.0}")
 

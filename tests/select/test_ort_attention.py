@@ -82,10 +82,20 @@ def test_attention23_matches_with_gqa_and_nan_guard(check_kernel):
     assert "Attention" in bound.ops and "Transpose" not in bound.ops
 
 
-def test_output_nan_guard_variant(check_kernel):
-    bound = check_kernel(attention(nan_to_zero=1), "decompose.AttentionFused.output_nan_guard",
+def test_lean_decomposition_guards_the_output(check_kernel):
+    bound = check_kernel(attention(nan_to_zero=1), "decompose.AttentionFused.lean",
                          feeds(fill=-np.inf))
-    assert bound.ops.count("IsNaN") == 1
+    isnan = next(n for n in bound.proto.graph.node if n.op_type == "IsNaN")
+    last_matmul = [n for n in bound.proto.graph.node if n.op_type == "MatMul"][-1]
+    assert isnan.input[0] == last_matmul.output[0]  # on [B,H,S,D], not the probabilities
+
+
+def test_lean_decomposition_scales_grouped_scores_before_ungrouping(check_kernel):
+    bound = check_kernel(attention(heads=4, kv_heads=2), "decompose.AttentionFused.lean",
+                         feeds(kv_heads=2))
+    nodes = {o: n for n in bound.proto.graph.node for o in n.output}
+    mul = next(n for n in bound.proto.graph.node if n.op_type == "Mul")
+    assert nodes[mul.input[0]].op_type == "MatMul"  # ORT folds it into FusedMatMul
 
 
 def test_rejections_say_why(bind_text, registry):
@@ -96,4 +106,8 @@ def test_rejections_say_why(bind_text, registry):
     assert reasons["onnx.Attention-23"] == "needs opset 23; the model imports opset 18"
     assert reasons["ort.GroupQueryAttention"].startswith("applies its own causal mask")
     assert reasons["ort.Attention"].startswith("takes the hidden state and packed QKV")
-    assert reasons["decompose.AttentionFused.output_nan_guard"] == "the node has no NaN guard to move"
+    report = bind_text(attention(), registry=registry).report
+    reasons = {k.name: r for k, r in report.selections[0].rejected}
+    assert reasons["decompose.AttentionFused.lean"] == (
+        "would emit the plain decomposition: no NaN guard to move, no grouped scale")
+    assert reasons["ort.MultiHeadAttention.repeat_kv"] == "no grouped-query heads to repeat"
