@@ -10,9 +10,10 @@ def register(group: click.Group) -> None:
         return
     from onnxopt.commands.explain_cmd import explain
     from onnxopt.commands.ir_cmd import ir
+    from onnxopt.commands.kernels_cmd import kernels
     from onnxopt.commands.optimize_cmd import optimize
     from onnxopt.commands.run_cmd import run
     from onnxopt.commands.verify_cmd import verify
 
-    for cmd in (optimize, explain, ir, verify, run):
+    for cmd in (optimize, explain, ir, verify, run, kernels):
         group.add_command(cmd)

@@ -65,7 +65,7 @@ def run(model: str, inputs_path: str | None, provider: str | None, output: str |
         results = sess.run(None, feeds, run_options)
     except RuntimeUnavailable as error:
         raise RunError(f"{model}: {error}") from None
-    except Exception as error:  # noqa: BLE001 - ORT's errors: one line, not a traceback
+    except Exception as error:
         if debug:
             raise
         raise RunError(f"{model}: ONNX Runtime failed: {_first_line(error)}") from None

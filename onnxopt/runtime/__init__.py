@@ -10,13 +10,12 @@ def scaled_add(a, b, *, alpha=1.0):
 outputs = session("model.onnx").run(None, {"a": a, "b": b})
 """
 
+from . import ops  # noqa: F401 - declares the ai.onnxopt.cuda ops (CPU + CUDA kernels)
 from .compute import KernelContext
 from .errors import RuntimeUnavailable
 from .registry import REGISTRY, KernelRegistry, KernelSpec, Port, cpu_kernel, cuda_kernel
 from .session import session, used_ops
 from .tensors import DeviceTensor
-
-from . import ops  # noqa: E402, F401 - declares the ai.onnxopt.cuda ops (CPU + CUDA kernels)
 
 __all__ = [
     "REGISTRY",

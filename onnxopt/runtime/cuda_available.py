@@ -36,7 +36,7 @@ def device_unavailable_reason() -> str | None:
     from onnxopt.runtime.cuda import compiler, driver
 
     try:
-        driver._init()  # noqa: SLF001 - the one place that asks why, not just whether
+        driver._init()
     except driver.CudaUnavailable as error:
         return str(error)
     except (driver.CudaError, OSError) as error:

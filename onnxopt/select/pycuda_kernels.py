@@ -140,7 +140,7 @@ def _static_last(node: Node) -> int | None:
 
 
 def _attention_requires(node: Node, target: Target) -> str | None:
-    q, k, v = node.inputs[:3]
+    q, _k, v = node.inputs[:3]
     layout = node.attr("layout", "BNSH")
     if layout != "BNSH":
         return f"takes the BNSH layout, the node's is {layout}"
@@ -242,7 +242,7 @@ def _norm_requires(node: Node, target: Target) -> str | None:
     hidden = _static_last(node)
     if hidden is None:
         return f"%{x.name}: the hidden size is not static"
-    variant, reason = _norm_variant(x.dtype, hidden)
+    _variant, reason = _norm_variant(x.dtype, hidden)
     return reason or None
 
 
@@ -344,7 +344,7 @@ def _records() -> list[Kernel]:
     attention = _meta("flash_attention")
     tc_dims = frozenset(v["head_dim"] for v in _variants("flash_attention", kind="tc"))
     simt_dims = frozenset(v["head_dim"] for v in _variants("flash_attention", kind="simt"))
-    common = dict(backend="pycuda", providers=CUDA_ONLY, opsets={DOMAIN: OPSET})
+    common = {"backend": "pycuda", "providers": CUDA_ONLY, "opsets": {DOMAIN: OPSET}}
 
     def cc(family: str, kind: str | None = None) -> tuple[int, int]:
         meta = _meta(family)

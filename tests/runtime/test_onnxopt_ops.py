@@ -240,3 +240,93 @@ def test_cuda_norms_and_activations_pass_pointers_and_stream(monkeypatch):
     assert calls["swiglu"] == ((0x10, 0x30, 0x40, 6, 64, "float32", 7), {})
     with pytest.raises(ValueError, match="S needs a residual"):
         norm_ops.layer_norm_cuda(ctx, x, g, out=(y, s))
+
+
+# --- the staged path (CUDA kernels behind ORT's CPU provider), on a fake host "device" ----------
+
+
+@pytest.fixture
+def host_device(monkeypatch):
+    """The driver's memory calls on host memory, and launch wrappers that compute the reference
+    on that memory: enough to run the staged path's copies and bookkeeping without a GPU."""
+    import ctypes
+
+    from onnxopt.runtime.cuda import driver
+    from onnxopt.runtime.tensors import host_view
+
+    buffers = {}
+
+    def alloc(nbytes):
+        buf = ctypes.create_string_buffer(max(int(nbytes), 1))
+        buffers[ctypes.addressof(buf)] = buf
+        return ctypes.addressof(buf)
+
+    monkeypatch.setattr(driver, "mem_alloc", alloc)
+    monkeypatch.setattr(driver, "memcpy_htod", lambda dst, src, n: ctypes.memmove(dst, src, n))
+    monkeypatch.setattr(driver, "memcpy_dtoh", lambda dst, src, n: ctypes.memmove(dst, src, n))
+    monkeypatch.setattr(driver, "synchronize", lambda: None)
+
+    def view(ptr, shape, dtype):
+        return host_view(ptr, tuple(shape), np.dtype(dtype), True)
+
+    def fake_norm(rms):
+        def launch(x, gamma, *rest, **kw):
+            beta, (y, rows, hidden, eps, dtype, _stream) = (0, rest) if rms else (rest[0], rest[1:])
+            dt = np.dtype(dtype)
+            xs = view(x, (rows, hidden), dt)
+            res = view(kw["residual_ptr"], (rows, hidden), dt) if kw["residual_ptr"] else None
+            g = view(gamma, (hidden,), dt) if gamma else None
+            b = view(beta, (hidden,), dt) if beta else None
+            total = norm_ops._sum(xs, res)
+            y_ref = (ref.rms_norm(total, g, b, eps=eps) if rms
+                     else ref.layer_norm(total, g, b, eps=eps))[0]
+            view(y, (rows, hidden), dt)[...] = y_ref
+            if kw["sum_out_ptr"]:
+                view(kw["sum_out_ptr"], (rows, hidden), dt)[...] = total
+        return launch
+
+    def fake_gelu(x, bias, y, rows, cols, approximate, dtype, stream):
+        dt = np.dtype(dtype)
+        b = view(bias, (cols,), dt) if bias else None
+        view(y, (rows, cols), dt)[...] = ref.bias_gelu(view(x, (rows, cols), dt), b,
+                                                       approximate=approximate)
+
+    def fake_attention(q, k, v, o, lens, b, h, hkv, sq, skv, d, scale, causal, dtype, stream,
+                       tile=None):
+        dt = np.dtype(dtype)
+        kv_lens = view(lens, (b,), np.int32) if lens else None
+        view(o, (b, h, sq, d), dt)[...] = ref.attention(
+            view(q, (b, h, sq, d), dt), view(k, (b, hkv, skv, d), dt),
+            view(v, (b, hkv, skv, d), dt), scale=scale, causal=causal, kv_lens=kv_lens)
+
+    monkeypatch.setattr(norm_ops, "layer_norm", fake_norm(False))
+    monkeypatch.setattr(norm_ops, "rms_norm", fake_norm(True))
+    monkeypatch.setattr(act_ops, "bias_gelu", fake_gelu)
+    monkeypatch.setattr(attn_ops, "flash_attention", fake_attention)
+    return buffers
+
+
+def test_staged_registry_runs_the_cuda_kernel_functions(host_device, models_dir):
+    from onnxopt.options import OptimizeOptions
+    from onnxopt.pipeline import run_pipeline
+    from onnxopt.runtime.ops.examples import attention_feeds, attention_model
+    from onnxopt.runtime.ops.staged import TIMES, staged_registry
+    from onnxopt.verification.inputs import make_inputs
+
+    staged = staged_registry()
+    assert {s.provider for s in staged.kernels()} == {CPU}
+    gpt2 = onnx.load(str(models_dir / "gpt2.ts.onnx"))
+    attention = attention_model()
+    for model, feeds in ((gpt2, make_inputs(gpt2, {"batch": 2, "other": 7})),
+                         (attention, attention_feeds(attention, 2, 19, pad=(0, 5)))):
+        optimized = run_pipeline(model, OptimizeOptions(target="cuda")).proto
+        TIMES.reset()
+        (got,) = session(optimized, providers=[CPU], registry=staged).run(None, feeds)
+        assert TIMES.calls == sum(n.domain == DOMAIN for n in optimized.graph.node)
+        (want,) = session(optimized, providers=[CPU]).run(None, feeds)
+        np.testing.assert_allclose(got.astype(np.float32), want.astype(np.float32),
+                                   rtol=1e-3, atol=1e-3)
+    left = attention_feeds(attention, 2, 8)
+    left["attention_mask"][1, 0] = 0
+    with pytest.raises(Exception, match="not right-padded"):
+        session(optimized, providers=[CPU], registry=staged).run(None, left)

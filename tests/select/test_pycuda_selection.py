@@ -152,8 +152,8 @@ def test_additive_mask_is_rejected(fused, registry):
     (T4, "float16", 64, "needs compute capability 8.0"),
     (CPU, "float16", 64, "runs only on CUDA"),
     (Target(device="cuda", compute_capability=(8, 6), shared_memory_bytes=64 * 1024),
-     "float16", 128, "needs 87040 bytes of shared memory per block even with its smallest tile "
-                     "(64x64), the target allows 65536"),
+     "float16", 128, ("needs 87040 bytes of shared memory per block even with its smallest tile "
+                     "(64x64), the target allows 65536")),
 ])
 def test_attention_rejections(fused, registry, target, dtype, d, reason):
     _, node = fused(attention_text(dtype=dtype, d=d))
@@ -221,8 +221,8 @@ def test_layer_norm_with_residual_and_sum(fused, registry):
     ("float", "float", "float", 64, ', compute_dtype="float64"',
      "computes its statistics in float64; the kernel computes them in float32"),
     ("float16", "float16", "float16", 40000, "",
-     "hidden size 40000 is above the supported maximum for float16 (32768 with VEC=8, 8192 "
-     "with VEC=1; VEC > 1 needs hidden % VEC == 0 and 16-byte aligned pointers)"),
+     ("hidden size 40000 is above the supported maximum for float16 (32768 with VEC=8, 8192 "
+     "with VEC=1; VEC > 1 needs hidden % VEC == 0 and 16-byte aligned pointers)")),
 ])
 def test_layer_norm_rejections(fused, registry, t, g, o, h, extra, reason):
     _, node = fused(LN.format(t=t, g=g, o=o, h=h, extra=extra))

@@ -69,9 +69,10 @@ TIMES = StageTimes()
 
 def _staged(spec: KernelSpec):
     @functools.wraps(spec.fn)  # the declaration reads attribute defaults from the signature
-    def run(*inputs, **attrs):
+    def run(*inputs, out, **attrs):
         from onnxopt.runtime.cuda import driver
 
+        host_outs = out if isinstance(out, tuple) else (out,)
         with _lock:
             t0 = time.perf_counter()
             args = []
@@ -84,23 +85,17 @@ def _staged(spec: KernelSpec):
                 if host.nbytes:
                     driver.memcpy_htod(ptr, host.ctypes.data, host.nbytes)
                 args.append(DeviceTensor(ptr, tuple(host.shape), host.dtype, readonly=True))
-            shapes = spec.shape(*args, **attrs)
-            outs = []
-            for shape, port in zip(shapes, spec.outputs):
-                dtype = _np(port.dtype)  # the ops' outputs are typed
-                nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-                outs.append(DeviceTensor(_pool.take(nbytes), tuple(shape), dtype))
+            # Only the outputs the node has (ORT passes None for an absent optional one).
+            outs = [None if h is None else DeviceTensor(_pool.take(h.nbytes), h.shape, h.dtype)
+                    for h in host_outs]
             t1 = time.perf_counter()
-            out = outs[0] if len(outs) == 1 else tuple(outs)
-            spec.fn(KernelContext(0), *args, out=out, **attrs)
+            spec.fn(KernelContext(0), *args, out=outs[0] if len(outs) == 1 else tuple(outs),
+                    **attrs)
             driver.synchronize()
             t2 = time.perf_counter()
-            results = []
-            for o in outs:
-                host = np.empty(o.shape, o.dtype)
-                if host.nbytes:
-                    driver.memcpy_dtoh(host.ctypes.data, o.ptr, host.nbytes)
-                results.append(host)
+            for h, d in zip(host_outs, outs):
+                if h is not None and h.nbytes:
+                    driver.memcpy_dtoh(h.ctypes.data, d.ptr, h.nbytes)
             _pool.give_back()
             t3 = time.perf_counter()
             TIMES.upload += t1 - t0
@@ -108,15 +103,8 @@ def _staged(spec: KernelSpec):
             TIMES.download += t3 - t2
             TIMES.calls += 1
             TIMES.by_op[spec.op_type] += t2 - t1
-        return results[0] if len(results) == 1 else tuple(results)
 
     return run
-
-
-def _np(dtype: str) -> np.dtype:
-    from onnxopt.runtime.tensors import element_type, numpy_dtype
-
-    return numpy_dtype(element_type(dtype))
 
 
 def staged_registry(registry: KernelRegistry | None = None) -> KernelRegistry:
@@ -128,6 +116,8 @@ def staged_registry(registry: KernelRegistry | None = None) -> KernelRegistry:
             continue
         inputs = [Port(p.name, p.dtype, p.optional, p.variadic) for p in spec.inputs]
         attrs = {a.name: a.type for a in spec.attributes}
+        # With the CUDA kernel's shape function, ORT's output buffers are allocated first and
+        # the downloads land in them directly.
         staged.declare(DOMAIN, spec.op_type, provider=CPU, inputs=inputs,
-                       outputs=list(spec.outputs), attrs=attrs)(_staged(spec))
+                       outputs=list(spec.outputs), attrs=attrs, shape=spec.shape)(_staged(spec))
     return staged
