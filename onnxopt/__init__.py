@@ -9,7 +9,7 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-__all__ = ["__version__", "optimize", "verify", "explain", "OnnxoptError"]
+__all__ = ["OnnxoptError", "__version__", "explain", "optimize", "verify"]
 
 
 def __getattr__(name: str):

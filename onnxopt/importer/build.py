@@ -60,7 +60,7 @@ def _gc_paused():
 
 
 class _Scope:
-    __slots__ = ("values", "parent")
+    __slots__ = ("parent", "values")
 
     def __init__(self, parent: _Scope | None = None) -> None:
         self.values: dict[str, Value] = {}

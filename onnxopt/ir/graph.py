@@ -12,6 +12,7 @@ graphs by reference.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
+
 from onnxopt.ir.node import Attr, Node
 from onnxopt.ir.tensor import LazyTensor
 from onnxopt.ir.value import Shape, Value
@@ -20,7 +21,7 @@ from onnxopt.ir.value import Shape, Value
 class NameScope:
     """Names already taken in a model (shared by a graph and all its subgraphs)."""
 
-    __slots__ = ("taken", "_counters")
+    __slots__ = ("_counters", "taken")
 
     def __init__(self) -> None:
         self.taken: set[str] = set()
@@ -46,8 +47,19 @@ class NameScope:
 class Graph:
     """A computation graph with exact use lists."""
 
-    __slots__ = ("name", "inputs", "outputs", "constants", "parent", "names", "doc_string",
-                 "_head", "_count", "_output_set", "input_defaults")
+    __slots__ = (
+        "_count",
+        "_head",
+        "_output_set",
+        "constants",
+        "doc_string",
+        "input_defaults",
+        "inputs",
+        "name",
+        "names",
+        "outputs",
+        "parent",
+    )
 
     def __init__(self, name: str = "main", *, parent: Node | None = None,
                  names: NameScope | None = None) -> None:

@@ -27,8 +27,22 @@ class Attr:
 class Node:
     """One operation in a graph."""
 
-    __slots__ = ("op_type", "domain", "name", "_inputs", "outputs", "attrs", "sem", "graph",
-                 "_prev", "_next", "created_by", "doc_string", "overload", "metadata")
+    __slots__ = (
+        "_inputs",
+        "_next",
+        "_prev",
+        "attrs",
+        "created_by",
+        "doc_string",
+        "domain",
+        "graph",
+        "metadata",
+        "name",
+        "op_type",
+        "outputs",
+        "overload",
+        "sem",
+    )
 
     def __init__(self, op_type: str, domain: str = "", name: str = "") -> None:
         self.op_type = op_type

@@ -34,7 +34,7 @@ class LazyTensor:
     :meth:`numpy` or :meth:`raw_chunks` is called.
     """
 
-    __slots__ = ("dtype", "shape", "_proto", "_external", "_array")
+    __slots__ = ("_array", "_external", "_proto", "dtype", "shape")
 
     def __init__(
         self,

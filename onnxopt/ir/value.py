@@ -26,8 +26,18 @@ Shape = Union[tuple[Dim, ...], None]
 class Value:
     """A tensor flowing through the graph."""
 
-    __slots__ = ("name", "dtype", "shape", "producer", "index", "const", "graph", "_uses",
-                 "doc_string", "sym")
+    __slots__ = (
+        "_uses",
+        "const",
+        "doc_string",
+        "dtype",
+        "graph",
+        "index",
+        "name",
+        "producer",
+        "shape",
+        "sym",
+    )
 
     def __init__(self, name: str, dtype: str | None = None, shape: Shape = None) -> None:
         self.name = name

@@ -84,7 +84,7 @@ class _Verifier:
                 if i >= len(user.inputs) or user.inputs[i] is not v:
                     raise IRVerificationError(
                         f"%{v.name}: use ({user.name}, {i}) does not read it")
-            if len(set((id(n), i) for n, i in v._uses)) != len(v._uses):
+            if len({(id(n), i) for n, i in v._uses}) != len(v._uses):
                 raise IRVerificationError(f"%{v.name}: duplicate entries in use list")
 
 

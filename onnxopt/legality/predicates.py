@@ -13,7 +13,6 @@ from onnxopt.ir.node import Node
 from onnxopt.ir.value import Value
 from onnxopt.legality.target import Target
 
-
 SHAPE_READERS = frozenset({"Shape", "Size"})
 
 

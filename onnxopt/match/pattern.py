@@ -23,8 +23,9 @@ stopped, so the best partial match of each rule can be explained.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 

@@ -19,8 +19,8 @@ from onnxopt.normalize.eliminate_dead_code import eliminate_dead_code
 from onnxopt.normalize.fold_constants import fold_constants
 from onnxopt.normalize.remove_noops import remove_noops
 from onnxopt.normalize.softmax_canonical import softmax_canonical
-from onnxopt.normalize.transpose_through_reshape import transpose_through_reshape
 from onnxopt.normalize.transpose_into_matmul import transpose_into_matmul
+from onnxopt.normalize.transpose_through_reshape import transpose_through_reshape
 from onnxopt.normalize.where_to_additive import where_to_additive
 
 Pass = Callable[[Model], int]

@@ -18,11 +18,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from onnxopt.ir.edit import replace_value
 from onnxopt.ir.graph import Graph
 from onnxopt.ir.model import Model
 from onnxopt.ir.node import Node
 from onnxopt.ir.tensor import LazyTensor
-from onnxopt.ir.edit import replace_value
 from onnxopt.ir.value import Value
 from onnxopt.normalize import symdim as sd
 from onnxopt.normalize.shape_rules import RULES, SYM_RULES

@@ -8,9 +8,14 @@
   [1, 128, 512]); ``Sum`` computes the same sum and is not matched.
 - ``com.microsoft.SkipLayerNormalization``: X + skip, then LayerNorm; output 3 is
   the sum. Emitted only when the cost model or tuning says it pays (on CUDA).
-- ``SimplifiedLayerNormalization`` (ORT registers it in the ONNX domain, version 1,
-  so any model opset) is RMSNorm: ``x / sqrt(mean(x²) + eps) * gamma``; 0.55x
-  the decomposition's time on CPU (ORT does not fuse the decomposition itself).
+- ``SimplifiedLayerNormalization`` is RMSNorm, ``x / sqrt(mean(x²) + eps) * gamma``,
+  0.5x the decomposition's time on CPU — but ORT registers it in the ONNX domain,
+  where it is no standard op, so a model holding it fails the ONNX checker. It is
+  listed and rejected for that; ``decompose.RMSNormFused.ort_fusable`` gets the same
+  kernel from standard ops: it spells RMSNorm ``Pow → ReduceMean → Add → Sqrt →
+  Div(x, ·) → Mul(gamma)``, the form ORT's own optimizer fuses into
+  SimplifiedLayerNormalization at load time (the op's decomposition multiplies by a
+  ``Reciprocal``, which ORT does not fuse).
 - ``com.microsoft.SkipSimplifiedLayerNormalization``: the same with the residual
   inside; no faster than the decomposition on CPU.
 - ONNX ``RMSNormalization`` (opset 23): only where the model imports opset 23.
@@ -24,7 +29,7 @@ from __future__ import annotations
 
 from onnxopt.ir.node import Node
 from onnxopt.legality.target import Target
-from onnxopt.select._emit import ones
+from onnxopt.select._emit import i64, ones, scalar
 from onnxopt.select.kernel import BOTH_PROVIDERS, MS_DOMAIN, Kernel
 from onnxopt.select.registry import register_loader
 
@@ -109,6 +114,24 @@ def _emit_skip_layer_norm(b, node: Node, target: Target):
 # ----------------------------------------------------------------------------- RMSNorm
 
 
+def _emit_rms_fusable(b, node: Node, target: Target):
+    v, s = _sum(b, node, "Add")
+    x = node.inputs[0]
+    two = scalar(b, 2.0, x.dtype, "two")
+    if int(getattr(b, "opset", 0) or 17) >= 18:
+        ms = b.op("ReduceMean", b.op("Pow", v, two), i64(b, [-1], "axes"), keepdims=1)
+    else:
+        ms = b.op("ReduceMean", b.op("Pow", v, two), axes=[-1], keepdims=1)
+    std = b.op("Sqrt", b.op("Add", ms, scalar(b, float(node.attr("epsilon", 1e-6)), x.dtype, "eps")))
+    y = b.op("Mul", b.op("Div", v, std), _gamma(b, node))
+    return _with_sum(node, y, s)
+
+
+def _not_standard(node: Node, target: Target) -> str | None:
+    return ("ORT registers it in the ONNX domain, where it is no standard op: the model would "
+            "fail the ONNX checker (decompose.RMSNormFused.ort_fusable makes ORT create it)")
+
+
 def _emit_simplified(b, node: Node, target: Target):
     v, s = _sum(b, node, "Add")
     y = b.op("SimplifiedLayerNormalization", v, _gamma(b, node), axis=-1,
@@ -141,10 +164,14 @@ def kernels() -> list[Kernel]:
                emit=_emit_skip_layer_norm, dtypes=FLOAT_HALF, providers=BOTH_PROVIDERS,
                opsets=ms, requires=_needs_residual, cost=1.0,
                notes="com.microsoft; X + skip then LayerNorm, the sum as output 3"),
+        Kernel(name="decompose.RMSNormFused.ort_fusable", implements="RMSNormFused",
+               backend="decompose", emit=_emit_rms_fusable, dtypes=FLOAT_HALF,
+               providers=BOTH_PROVIDERS, requires=_compute_matches, cost=0.6,
+               notes="standard ops in the spelling ORT fuses into SimplifiedLayerNormalization"),
         Kernel(name="ort.SimplifiedLayerNormalization", implements="RMSNormFused",
                backend="ort", emit=_emit_simplified, dtypes=FLOAT_HALF,
-               providers=BOTH_PROVIDERS, requires=_compute_matches, cost=0.6,
-               notes="RMSNorm; ORT registers it in the ONNX domain (any opset)"),
+               providers=BOTH_PROVIDERS, requires=_not_standard, cost=0.6,
+               notes="RMSNorm; ORT registers it in the ONNX domain, not a standard op"),
         Kernel(name="ort.SkipSimplifiedLayerNormalization", implements="RMSNormFused",
                backend="ort", emit=_emit_skip_simplified, dtypes=FLOAT_HALF,
                providers=BOTH_PROVIDERS, opsets=ms, requires=_needs_residual, cost=1.0,

@@ -146,7 +146,7 @@ def make_session(model: str | ModelProto, providers: list[str] | None = None):
     src = model if isinstance(model, str) else model.SerializeToString()
     try:
         return ort.InferenceSession(src, opts, providers=providers)
-    except Exception as e:  # noqa: BLE001 - ORT raises several unrelated types
+    except Exception as e:
         label = model if isinstance(model, str) else "<model>"
         raise ModelError(f"{label}: ONNX Runtime cannot load it: {_first_line(e)}") from e
 

@@ -70,6 +70,11 @@ def bind_text(make_model, kernel) -> Callable[..., Bound]:
     return run
 
 
+@pytest.fixture(name="rel_err")
+def rel_err_fixture() -> Callable[[np.ndarray, np.ndarray], float]:
+    return rel_err
+
+
 def rel_err(got: np.ndarray, want: np.ndarray) -> float:
     """Max abs difference over the reference's scale; NaN must sit in the same places."""
     got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
@@ -91,6 +96,7 @@ def check_kernel(bind_text) -> Callable[..., Bound]:
         bound = bind_text(text, kernel_name, opset=opset)
         assert bound.chosen and set(bound.chosen) == {kernel_name}, \
             [(s.chosen.name, s.rejected) for s in bound.report.selections]
+        onnx.checker.check_model(bound.proto)
         op = bound.report.selections[0].op
         reference = bind_text(text, f"decompose.{op}", opset=opset)
         for got, want in zip(bound.run(feeds), reference.run(feeds)):

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import numpy as np
+import onnx
+import onnxruntime as ort
 import pytest
 
 RNG = np.random.default_rng(1)
@@ -67,10 +69,30 @@ def test_skip_layer_norm(check_kernel, sum_out):
 
 
 @pytest.mark.parametrize("residual,sum_out", [(False, False), (True, False), (True, True)])
-def test_simplified_layer_norm(check_kernel, residual, sum_out):
+@pytest.mark.parametrize("opset", [17, 18])
+def test_rms_norm_in_the_spelling_ort_fuses(check_kernel, residual, sum_out, opset, tmp_path):
     bound = check_kernel(norm("RMSNormFused", residual=residual, sum_out=sum_out),
-                         "ort.SimplifiedLayerNormalization", feeds(residual))
-    assert "SimplifiedLayerNormalization" in bound.ops  # ONNX domain, as ORT registers it
+                         "decompose.RMSNormFused.ort_fusable", feeds(residual), opset=opset)
+    assert "Div" in bound.ops and "Reciprocal" not in bound.ops
+    # ... which ONNX Runtime turns into one SimplifiedLayerNormalization at load time
+    so = ort.SessionOptions()
+    so.optimized_model_filepath = str(tmp_model := tmp_path / "ort_optimized.onnx")
+    ort.InferenceSession(bound.proto.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    assert "SimplifiedLayerNormalization" in [n.op_type for n in onnx.load(tmp_model).graph.node]
+
+
+def test_simplified_layer_norm_matches_but_is_not_a_standard_op(bind_text, kernel, rel_err):
+    import dataclasses
+
+    legal = dataclasses.replace(kernel("ort.SimplifiedLayerNormalization"), requires=None)
+    text = norm("RMSNormFused", residual=True, sum_out=True)
+    bound = bind_text(text, registry=[legal])
+    reference = bind_text(text, "decompose.RMSNormFused")
+    f = feeds()
+    for got, want in zip(bound.run(f), reference.run(f)):
+        assert rel_err(got, want) < 1e-4
+    with pytest.raises(onnx.checker.ValidationError):
+        onnx.checker.check_model(bound.proto)
 
 
 @pytest.mark.parametrize("sum_out", [False, True])
@@ -93,7 +115,9 @@ def test_norm_rejections(bind_text, registry):
                        registry=registry).report
     reasons = {k.name: r for k, r in report.selections[0].rejected}
     assert reasons["onnx.RMSNormalization-23"] == "needs opset 23; the model imports opset 18"
-    assert report.selections[0].chosen.name == "ort.SimplifiedLayerNormalization"
+    assert reasons["ort.SimplifiedLayerNormalization"].startswith(
+        "ORT registers it in the ONNX domain, where it is no standard op")
+    assert report.selections[0].chosen.name == "decompose.RMSNormFused.ort_fusable"
 
 
 def gelu(approximate: str, bias: bool):
