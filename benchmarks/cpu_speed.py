@@ -6,7 +6,8 @@
     python benchmarks/cpu_speed.py --export-python /path/to/venv-export/bin/python
 
 Builds mid-size GPT-2, BERT and LLaMA (hidden 512, 8 heads, 4 layers, MLP 2048,
-vocab 8192, LLaMA with 4 key/value heads; random weights, seeded) with
+vocab 8192, LLaMA with 4 key/value heads; random weights, seeded, every parameter
+perturbed so that no norm weight is exactly 1 and no bias exactly 0) with
 ``models/export.py``'s builders, exports each with both PyTorch exporters (in
 the export venv, which has torch), and times, in ONNX Runtime on the CPU
 provider with 1 intra-op thread and ``allow_spinning`` off:
@@ -57,6 +58,22 @@ VARIANTS = ("original", "ort-opt", "onnxscript", "onnxopt", "onnxopt-tune")
 # --------------------------------------------------------------------------- export venv stages
 
 
+def perturb(model, seed: int) -> None:
+    """Add N(0, 0.02) to every parameter, as training would leave them.
+
+    Hugging Face initialises norm weights to exactly 1 and linear biases to exactly 0;
+    normalization removes a multiplication by ones and an addition of zeros, which a
+    trained model never has — the optimized graph would be flattered by ops that real
+    models keep (and a fusion that needs the weight's Mul would not be exercised).
+    """
+    import torch
+
+    gen = torch.Generator().manual_seed(seed + 1)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn(p.shape, generator=gen) * 0.02)
+
+
 def stage_export(names: list[str], exporters: list[str]) -> None:
     """(export venv) Build and export the mid-size models with models/export.py's builders."""
     import warnings
@@ -73,9 +90,11 @@ def stage_export(names: list[str], exporters: list[str]) -> None:
             path = WORK / f"{name}.{tag}.onnx"
             if path.exists():
                 continue
+            model = ex.build(ex.SPECS[name])
+            perturb(model, ex.seed_for(ex.SPECS[name]))
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                proto = fns[tag](ex.SPECS[name], ex.build(ex.SPECS[name]))
+                proto = fns[tag](ex.SPECS[name], model)
             import onnx
 
             WORK.mkdir(parents=True, exist_ok=True)  # other benchmarks may clear _work/

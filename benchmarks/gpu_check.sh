@@ -6,8 +6,9 @@
 #
 # 1. installs PyCUDA from the sdist in benchmarks/_wheels/ (offline; optional: only the PyCUDA
 #    interop test needs it, the kernels launch through the driver API without it);
-# 2. runs the GPU tests (pytest -m gpu tests/kernels) -> $OUT/pytest_gpu.txt;
-# 3. runs benchmarks/gpu_kernels.py -> $OUT/gpu_kernels.md and .json.
+# 2. runs the GPU tests (pytest -m gpu tests/kernels tests/runtime) -> $OUT/pytest_gpu.txt;
+# 3. runs benchmarks/gpu_kernels.py -> $OUT/gpu_kernels.md and .json;
+# 4. runs benchmarks/gpu_e2e.py (optimized models through ORT on our kernels) -> $OUT/gpu_e2e.md.
 #
 # benchmarks/_wheels/ is filled once, on a machine with network access (cp312, x86-64 Linux):
 #     pip download --no-deps --no-binary pycuda pycuda -d benchmarks/_wheels
@@ -18,7 +19,7 @@
 # (PyCUDA's build needs setuptools, wheel and numpy already installed: --no-build-isolation.)
 #
 # Environment: OUT (results folder), PYTHON (default python3), QUICK=1 (benchmark: fewer sizes),
-# SKIP_PYCUDA=1, SKIP_BENCH=1, LIBCUDA_DIR (a folder with libcuda.so, if the build cannot find one).
+# SKIP_PYCUDA=1, SKIP_BENCH=1, SKIP_E2E=1, LIBCUDA_DIR (a folder with libcuda.so, if the build cannot find one).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
@@ -98,6 +99,13 @@ if [ "${SKIP_PYCUDA:-0}" != 1 ]; then
     install_pycuda 2>&1 | tee "$OUT/pycuda.txt"
 fi
 
+# onnxopt itself needs onnx (and its ml_dtypes) besides onnxruntime: install them offline from
+# benchmarks/_wheels if the image lacks them (drop their cp312 wheels there beforehand).
+if ! "$PY" -c "import onnx, ml_dtypes, onnxruntime" 2>/dev/null; then
+    "$PY" -m pip install -q --no-index --find-links "$WHEELS" onnx ml_dtypes 2>&1 | tail -n 2
+    "$PY" -c "import onnx, ml_dtypes, onnxruntime" || echo "onnx/ml_dtypes/onnxruntime missing: onnxopt cannot run here"
+fi
+
 # --- 2. GPU tests --------------------------------------------------------------------------------
 # Without a usable device every GPU test would skip and this check would look green: fail loudly.
 if ! "$PY" -c "
@@ -110,16 +118,24 @@ sys.exit(0 if ok else 1)
     status=1
 fi
 echo "# GPU tests"
-"$PY" -m pytest -q -m gpu tests/kernels -rs -p no:cacheprovider 2>&1 | tee "$OUT/pytest_gpu.txt"
+"$PY" -m pytest -q -m gpu tests/kernels tests/runtime -rs -p no:cacheprovider 2>&1 | tee "$OUT/pytest_gpu.txt"
 test_rc=${PIPESTATUS[0]}
 if ((test_rc)); then status=1; fi
+
+quick=()
+[ "${QUICK:-0}" = 1 ] && quick=(--quick)
 
 # --- 3. benchmark ----------------------------------------------------------------------------------
 if [ "${SKIP_BENCH:-0}" != 1 ]; then
     echo "# benchmark"
-    quick=()
-    [ "${QUICK:-0}" = 1 ] && quick=(--quick)
     "$PY" benchmarks/gpu_kernels.py --out "$OUT" ${quick[@]+"${quick[@]}"} 2>&1 | tee "$OUT/gpu_kernels.txt"
+    if ((PIPESTATUS[0])); then status=1; fi
+fi
+
+# --- 4. end to end ---------------------------------------------------------------------------------
+if [ "${SKIP_E2E:-0}" != 1 ]; then
+    echo "# end to end"
+    "$PY" benchmarks/gpu_e2e.py --out "$OUT" ${quick[@]+"${quick[@]}"} 2>&1 | tee "$OUT/gpu_e2e.txt"
     if ((PIPESTATUS[0])); then status=1; fi
 fi
 

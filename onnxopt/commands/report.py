@@ -77,9 +77,30 @@ def print_fusion(out: Console, report) -> None:
 
 
 def print_selection(out: Console, report) -> None:
-    counts = report.chosen_counts()
-    if counts:
-        out.print("kernels: " + ", ".join(f"{k} x{v}" for k, v in sorted(counts.items())))
+    """One row per (fused op, chosen kernel), then every kernel not chosen and why (the most
+    common reason over those nodes)."""
+    from collections import Counter, defaultdict
+
+    groups: dict[tuple[str, str], list] = defaultdict(list)
+    for s in report.selections:
+        groups[(s.op, s.chosen.name)].append(s)
+    if not groups:
+        return
+    table = Table(title="kernels", show_edge=False, title_justify="left")
+    for col in ("fused op", "kernel", "nodes", "chosen by", "not chosen: why"):
+        table.add_column(col, justify="right" if col == "nodes" else "left", overflow="fold")
+    for (op, chosen), sels in sorted(groups.items()):
+        reasons: dict[str, Counter] = defaultdict(Counter)
+        for s in sels:
+            for k, why in s.rejected:
+                reasons[k.name][why] += 1
+        why = "\n".join(f"{name}: {c.most_common(1)[0][0]}" for name, c in reasons.items())
+        basis = Counter(s.basis for s in sels).most_common(1)[0][0]
+        table.add_row(op, chosen, str(len(sels)), basis, why)
+    out.print(table)
+    tuning = getattr(report, "tune_cache", None)
+    if tuning:
+        out.print(f"tuning: {report.tuned} signature(s) timed; decisions in {tuning}")
 
 
 def print_explain(result) -> None:
@@ -94,7 +115,7 @@ def print_explain(result) -> None:
         out.print(f"         {r.detail}", markup=False)
     if result.selection is not None:
         for s in result.selection.selections:
-            out.print(f"kernel  {s.node}: {s.chosen.name}")
+            out.print(f"kernel  {s.node}: {s.chosen.name} ({s.basis})")
             for k, reason in s.rejected:
                 out.print(f"         not {k.name}: {reason}", markup=False)
     print_fusion(out, result.fusion)

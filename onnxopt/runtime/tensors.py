@@ -13,8 +13,12 @@ import ctypes
 import math
 from dataclasses import dataclass
 
-import ml_dtypes  # onnx's own dependency: NumPy's bfloat16
 import numpy as np
+
+try:  # NumPy's bfloat16, from onnx's own dependency
+    from ml_dtypes import bfloat16 as _bfloat16
+except ImportError:  # pragma: no cover - then bfloat16 tensors have no NumPy view
+    _bfloat16 = None
 
 # ONNXTensorElementDataType values (same numbers as onnx.TensorProto.DataType).
 UNDEFINED = 0
@@ -30,8 +34,9 @@ _ELEMENT_TYPES: dict[str, int] = {
     "bfloat16": 16,
 }
 _NUMPY = {
-    code: np.dtype(ml_dtypes.bfloat16 if name == "bfloat16" else name)
+    code: np.dtype(_bfloat16 if name == "bfloat16" else name)
     for name, code in _ELEMENT_TYPES.items()
+    if name != "bfloat16" or _bfloat16 is not None
 }
 _ALIASES = {"float": "float32", "double": "float64", "half": "float16"}
 

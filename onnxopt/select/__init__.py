@@ -118,6 +118,8 @@ class _Tuner:
         if missing:
             # Time the whole candidate set together (interleaved), so numbers are comparable.
             times, failed = measure(self.model, node, legal, self.target, self.binding)
+            if not times:  # the provider is not on this machine, or nothing ran: no decision
+                return None
             self.cache.put(key, times, failed, runs=len(times))
             self.timed += 1
             entry = self.cache.get(key)

@@ -32,6 +32,7 @@ def _emit(op_name: str):
 
 def _emit_attention_lean(b, node, target):
     q, k, v = node.inputs[:3]
+    dtype = q.dtype or "float32"
     mask = node.input(3)
     heads = node.attr("num_heads", 0)
     kv_heads = node.attr("kv_num_heads", heads) or heads
@@ -42,8 +43,7 @@ def _emit_attention_lean(b, node, target):
     scores = b.op("MatMul", q, k)
     scores.producer.sem["transpose_b"] = True
     if scale != 1.0:
-        scores = b.op("Mul", scores, b.const(np.array(scale, numpy_dtype(q.dtype or "float32")),
-                                             "scale"))
+        scores = b.op("Mul", scores, b.const(np.array(scale, numpy_dtype(dtype)), "scale"))
     if grouped:
         scores = b.op("Reshape", scores, i64(b, [0, heads, -1, 0], "ungroup"))
     if mask is not None:
@@ -55,7 +55,7 @@ def _emit_attention_lean(b, node, target):
     if grouped:
         out = b.op("Reshape", out, i64(b, [0, heads, -1, 0], "ungroup"))
     if node.attr("nan_to_zero", 0):
-        out = zero_nan(b, out, q.dtype)
+        out = zero_nan(b, out, dtype)
     return [out]
 
 

@@ -27,6 +27,8 @@ nodes keep the decomposition.
 
 from __future__ import annotations
 
+import numpy as np
+
 from onnxopt.ir.node import Node
 from onnxopt.legality.target import Target
 from onnxopt.select._emit import i64, ones, scalar
@@ -127,6 +129,17 @@ def _emit_rms_fusable(b, node: Node, target: Target):
     return _with_sum(node, y, s)
 
 
+def _rms_fusable_requires(node: Node, target: Target) -> str | None:
+    if reason := _compute_matches(node, target):
+        return reason
+    gamma = node.input(1)
+    if gamma is None or (gamma.const is not None and gamma.const.size <= 1 << 16
+                         and np.all(gamma.const.numpy() == 1)):
+        # ORT's fusion needs the weight's Mul, and normalization removes a Mul by ones
+        return "ORT fuses the spelling only with its weight Mul, and the weight is all ones"
+    return None
+
+
 def _not_standard(node: Node, target: Target) -> str | None:
     return ("ORT registers it in the ONNX domain, where it is no standard op: the model would "
             "fail the ONNX checker (decompose.RMSNormFused.ort_fusable makes ORT create it)")
@@ -166,7 +179,7 @@ def kernels() -> list[Kernel]:
                notes="com.microsoft; X + skip then LayerNorm, the sum as output 3"),
         Kernel(name="decompose.RMSNormFused.ort_fusable", implements="RMSNormFused",
                backend="decompose", emit=_emit_rms_fusable, dtypes=FLOAT_HALF,
-               providers=BOTH_PROVIDERS, requires=_compute_matches, cost=0.6,
+               providers=BOTH_PROVIDERS, requires=_rms_fusable_requires, cost=0.6,
                notes="standard ops in the spelling ORT fuses into SimplifiedLayerNormalization"),
         Kernel(name="ort.SimplifiedLayerNormalization", implements="RMSNormFused",
                backend="ort", emit=_emit_simplified, dtypes=FLOAT_HALF,

@@ -227,9 +227,14 @@ def measure(model: Model, node: Node, kernels: list[Kernel], target: Target, bin
     for k in kernels:
         try:
             proto = export_model(micro_model(model, node, k, target, binding))
-            sessions[k.name] = _session(proto.SerializeToString(), target)
+            sess = _session(proto.SerializeToString(), target)
         except Exception as e:  # noqa: BLE001 - a kernel that cannot run is rejected with why
             failed[k.name] = f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"
+            continue
+        if target.provider not in sess.get_providers():
+            # ORT falls back to the CPU silently; timing that would rank for the wrong device
+            return {}, {}
+        sessions[k.name] = sess
     feeds = {name: _feeds(s) for name, s in sessions.items()}
     samples: dict[str, list[float]] = {name: [] for name in sessions}
     for name, s in list(sessions.items()):

@@ -114,7 +114,9 @@ def test_drop_padding_checks():
 
 def test_right_padded_lengths():
     np.testing.assert_array_equal(
-        right_padded_lengths(np.array([[1, 1, 0], [0, 0, 0], [1, 1, 1]])), [2, 0, 3])
+        right_padded_lengths(np.array([[1, 1, 0], [1, 0, 0], [1, 1, 1]])), [2, 1, 3])
+    with pytest.raises(ValueError, match="row 1 masks every key"):
+        right_padded_lengths(np.array([[1, 1, 0], [0, 0, 0]]))
     assert right_padded_lengths(np.array([[True, False]])).dtype == np.int32
     with pytest.raises(ValueError, match="row 0 is not right-padded"):
         right_padded_lengths(np.array([[1, 0, 1]]))

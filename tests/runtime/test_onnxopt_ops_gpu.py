@@ -44,6 +44,7 @@ class Buffers:
         ptr = self.driver.mem_alloc(host.nbytes)
         self.ptrs.append(ptr)
         self.driver.memcpy_htod(ptr, host.ctypes.data, host.nbytes)
+        self.driver.synchronize()  # the kernels run on another (non-blocking) stream
         return DeviceTensor(ptr, host.shape, host.dtype, readonly=True)
 
     def poisoned(self, shape, dtype) -> DeviceTensor:
@@ -51,6 +52,7 @@ class Buffers:
         ptr = self.driver.mem_alloc(nbytes)
         self.ptrs.append(ptr)
         self.driver.memset_d8(ptr, 0xFF, nbytes)
+        self.driver.synchronize()
         return DeviceTensor(ptr, tuple(shape), np.dtype(dtype))
 
     def get(self, t: DeviceTensor) -> np.ndarray:

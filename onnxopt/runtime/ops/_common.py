@@ -88,4 +88,11 @@ def right_padded_lengths(mask: np.ndarray) -> np.ndarray:
             "onnxopt's attention kernel takes key padding as per-row lengths, so it refuses "
             "left padding or holes; optimize for --target cpu, or feed right-padded batches"
         )
-    return keep.sum(axis=1, dtype=np.int32)
+    lengths = keep.sum(axis=1, dtype=np.int32)
+    if (lengths == 0).any():
+        row = int(np.flatnonzero(lengths == 0)[0])
+        # Every key masked: the original model gives that row some value (uniform weights under
+        # a finite mask, NaN or 0 under -inf); the kernel's 0 would only sometimes agree.
+        raise ValueError(f"key_padding_mask row {row} masks every key; onnxopt's attention kernel "
+                         "cannot reproduce the original model's output for such a row")
+    return lengths

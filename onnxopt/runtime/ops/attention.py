@@ -8,9 +8,10 @@ one head), all float16, bfloat16 or float32; O like Q. ``kv_lens`` int32 ``[B]``
 per batch row (keys ``j >= kv_lens[b]`` are masked). ``key_padding_mask`` ``[B, Skv]`` (any
 dtype, nonzero = keep), the mask ``kv_lens`` was computed from (``ReduceSum`` in the graph):
 when present, every call checks that each row is right-padded, the only case in which
-lengths and mask mean the same; a left-padded row or a hole raises. The CUDA kernel reads this input from host memory (``on_cpu``), so
-the check costs no device synchronisation when the mask is fed from the host; drop the input
-(``drop_padding_checks``) to keep every input on the device, e.g. for CUDA-graph capture.
+lengths and mask mean the same; a left-padded row or a hole raises. The CUDA kernel reads
+this input from host memory (``on_cpu``), so the check costs no device synchronisation when
+the mask is fed from the host; drop the input (``drop_padding_checks``) to keep every input
+on the device, e.g. for CUDA-graph capture.
 
 ``kernel`` names the template specialisation (entry point of ``flash_attention.cu``, e.g.
 ``fa_tc_f16_d64_bm128_bn64``) chosen at selection; ``tile_m``/``tile_n``/``warps`` spell out its

@@ -89,14 +89,16 @@ def _staged(spec: KernelSpec):
             outs = [None if h is None else DeviceTensor(_pool.take(h.nbytes), h.shape, h.dtype)
                     for h in host_outs]
             t1 = time.perf_counter()
-            spec.fn(KernelContext(0), *args, out=outs[0] if len(outs) == 1 else tuple(outs),
-                    **attrs)
-            driver.synchronize()
-            t2 = time.perf_counter()
-            for h, d in zip(host_outs, outs):
-                if h is not None and h.nbytes:
-                    driver.memcpy_dtoh(h.ctypes.data, d.ptr, h.nbytes)
-            _pool.give_back()
+            try:
+                spec.fn(KernelContext(0), *args, out=outs[0] if len(outs) == 1 else tuple(outs),
+                        **attrs)
+                driver.synchronize()
+                t2 = time.perf_counter()
+                for h, d in zip(host_outs, outs):
+                    if h is not None and h.nbytes:
+                        driver.memcpy_dtoh(h.ctypes.data, d.ptr, h.nbytes)
+            finally:
+                _pool.give_back()
             t3 = time.perf_counter()
             TIMES.upload += t1 - t0
             TIMES.kernel += t2 - t1
