@@ -22,6 +22,8 @@ EXAMPLES = """
 Examples:
   onnxopt optimize models/gpt2.ts.onnx                 # writes models/gpt2.ts.opt.onnx
   onnxopt optimize model.onnx -o out.onnx --verify --json report.json
+  onnxopt explain models/llama.ts.onnx --rule attention  # why (not) fused
+  onnxopt kernels                                      # the kernel registry
   onnxopt ir model.onnx | less                         # the semantic IR as text
   onnxopt verify model.onnx model.opt.onnx             # compare in ONNX Runtime
 """
