@@ -168,6 +168,46 @@ def _mistral(attn: str) -> nn.Module:
     return MistralForCausalLM(cfg)
 
 
+def _qwen2(attn: str) -> nn.Module:
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    cfg = Qwen2Config(
+        vocab_size=VOCAB,
+        hidden_size=HIDDEN,
+        num_hidden_layers=LAYERS,
+        num_attention_heads=HEADS,
+        num_key_value_heads=KV_HEADS,
+        intermediate_size=INTERMEDIATE,
+        max_position_embeddings=MAX_POS,
+        hidden_act="silu",
+        use_sliding_window=False,
+        use_cache=False,
+        tie_word_embeddings=False,
+    )
+    cfg._attn_implementation = attn
+    return Qwen2ForCausalLM(cfg)
+
+
+def _gpt_neox(attn: str) -> nn.Module:
+    from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
+
+    cfg = GPTNeoXConfig(
+        vocab_size=VOCAB,
+        hidden_size=HIDDEN,
+        num_hidden_layers=LAYERS,
+        num_attention_heads=HEADS,
+        intermediate_size=INTERMEDIATE,
+        max_position_embeddings=MAX_POS,
+        hidden_act="gelu",
+        rotary_pct=0.25,  # rotary on 4 of the 16 head dims
+        use_parallel_residual=True,
+        use_cache=False,
+        tie_word_embeddings=False,
+    )
+    cfg._attn_implementation = attn
+    return GPTNeoXForCausalLM(cfg)
+
+
 def _t5enc(attn: str) -> nn.Module:
     from transformers import T5Config, T5EncoderModel
 
@@ -225,6 +265,8 @@ SPECS: dict[str, Spec] = {
         Spec("t5enc", _t5enc, "T5EncoderModel", "eager", "text", "last_hidden_state"),
         Spec("mistral", _mistral, "MistralForCausalLM", "eager", "text", "logits", True),
         Spec("roberta", _roberta, "RobertaModel", "sdpa", "text", "last_hidden_state", True),
+        Spec("qwen2", _qwen2, "Qwen2ForCausalLM", "sdpa", "text", "logits", True),
+        Spec("gpt_neox", _gpt_neox, "GPTNeoXForCausalLM", "eager", "text", "logits", True),
     ]
 }
 
