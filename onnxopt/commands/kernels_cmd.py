@@ -37,15 +37,20 @@ def kernels(ops: tuple[str, ...], target: str | None, as_json: bool) -> None:
 
     table = Table(title=f"kernel registry ({len(selected)} kernels)", show_edge=False,
                   title_justify="left", show_lines=False)
-    for col in ("fused op", "kernel", "backend", "providers", "dtypes", "needs", "notes"):
-        table.add_column(col, overflow="fold")
+    for col in ("fused op", "kernel", "backend", "providers"):
+        table.add_column(col, no_wrap=True)
+    for col in ("dtypes", "needs", "notes"):
+        table.add_column(col, overflow="fold", ratio=1 if col != "notes" else 2)
     last = None
     for k in selected:
         table.add_row("" if k.implements == last else k.implements, k.name, k.backend,
                       ", ".join(sorted(p.removesuffix("ExecutionProvider") for p in k.providers)),
                       ", ".join(sorted(k.dtypes)), _needs(k), k.notes)
         last = k.implements
-    console().print(table)
+    out = console()
+    if not out.is_terminal:  # piped or captured: do not fold names at 80 columns
+        out.width = max(out.width, 200)
+    out.print(table)
 
 
 def _needs(k) -> str:

@@ -23,6 +23,10 @@ from onnxopt.select.registry import default_registry
 from onnxopt.select.selector import Selection, legal_kernels, select_kernel
 from onnxopt.select.shapes import Binding
 
+# Measured times within this fraction of the fastest are a tie (decided by the cost model):
+# two sessions of one and the same model differ by about this much on a shared machine.
+TUNING_TIE = 0.03
+
 
 class SelectReport:
     def __init__(self) -> None:
@@ -65,9 +69,13 @@ def run(model: Model, options: OptimizeOptions, *,
         elif tuner is not None and len(legal) > 1 and (timed := tuner.times(node, legal)):
             times, failed, sig = timed
             selection = select_kernel(node, target, registry, times, model_opset=model.opset,
-                                      unit="ms", basis="tuned", failed=failed)
+                                      unit="ms", basis="tuned", failed=failed,
+                                      tolerance=TUNING_TIE,
+                                      prior=cost_model.estimates(legal, node, target, binding))
             selection.signature = sig
         else:
+            selection = None
+        if selection is None:
             costs = cost_model.estimates(legal, node, target, binding)
             selection = select_kernel(node, target, registry, costs, model_opset=model.opset)
         report.selections.append(selection)

@@ -3,9 +3,9 @@
 Without ``--tune`` the selector ranks legal kernels by these numbers. Each entry
 is keyed by kernel, execution provider and, most specific first, the node's
 *features* — what changes the answer: whether a norm folds a residual and
-also outputs the sum, whether attention carries a NaN guard, and a size bucket
-of the work at representative sizes (batch 1, sequence 128). A kernel with no entry ranks by its ``Kernel.cost``
-prior.
+also outputs the sum, whether attention carries a NaN guard or grouped heads,
+and a size bucket of the work at representative sizes (batch 1, sequence 128).
+A kernel with no entry ranks by its ``Kernel.cost`` prior.
 
 The CPU numbers are medians of ``--tune`` micro-models (ONNX Runtime 1.31, 1
 thread, AMD EPYC) over the fused nodes of the mid-size GPT-2/BERT/LLaMA exports of

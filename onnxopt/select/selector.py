@@ -57,12 +57,16 @@ def _describe(value: float, unit: str) -> str:
 def select_kernel(node: Node, target: Target, registry: list[Kernel],
                   costs: Mapping[str, float] | None = None, *, model_opset: int | None = None,
                   unit: str = "x", basis: str = "cost model",
-                  failed: Mapping[str, str] | None = None) -> Selection:
+                  failed: Mapping[str, str] | None = None,
+                  tolerance: float = 0.0, prior: Mapping[str, float] | None = None) -> Selection:
     """Pick the cheapest kernel whose capabilities cover the node; ties break by name.
 
     ``costs`` ranks the legal kernels (a kernel missing from it ranks by its prior
     ``Kernel.cost``); ``failed`` maps kernels that could not be measured to the
-    error, and rejects them with it.
+    error, and rejects them with it. With a ``tolerance`` (measured times), kernels
+    within that fraction of the fastest are a tie, broken by ``prior`` (the cost
+    model), then by name: a 0.4% difference between two timings is noise, and the
+    decision should not flip with it.
     """
     legal, rejected = legal_kernels(node, target, registry, model_opset=model_opset)
     failed = failed or {}
@@ -74,11 +78,24 @@ def select_kernel(node: Node, target: Target, registry: list[Kernel],
     score = {k.name: float(costs[k.name]) if costs and k.name in costs else k.cost for k in legal}
     legal.sort(key=lambda k: (score[k.name], k.name))
     chosen = legal[0]
+    tied: set[str] = set()
+    if tolerance > 0:
+        tied = {k.name for k in legal if score[k.name] <= score[chosen.name] * (1 + tolerance)}
+        rank = prior or {}
+        chosen = min((k for k in legal if k.name in tied),
+                     key=lambda k: (rank.get(k.name, k.cost), k.name))
+        legal.remove(chosen)
+        legal.insert(0, chosen)
     if len(legal) == 1:
         basis = "only legal kernel"
     best = _describe(score[chosen.name], unit)
+    what = "measured" if unit == "ms" else "estimated"
     for k in legal[1:]:
-        what = "measured" if unit == "ms" else "estimated"
-        rejected.append((k, f"{what} {_describe(score[k.name], unit)}; {chosen.name} {best}"))
+        reason = f"{what} {_describe(score[k.name], unit)}; {chosen.name} {best}"
+        if k.name in tied:
+            reason += (f" (within {tolerance:.0%}: a tie, decided by the cost model, "
+                       f"{(prior or {}).get(k.name, k.cost):.2f}x against "
+                       f"{(prior or {}).get(chosen.name, chosen.cost):.2f}x)")
+        rejected.append((k, reason))
     return Selection(node.name, node.op_type, chosen, rejected, costs=score, unit=unit,
                      basis=basis)

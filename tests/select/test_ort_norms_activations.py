@@ -173,3 +173,20 @@ def test_rotary_is_rejected_with_reasons(bind_text, registry):
     reasons = {k.name: r for k, r in report.selections[0].rejected}
     assert "half-width cos/sin" in reasons["onnx.RotaryEmbedding-23"]
     assert reasons["ort.RotaryEmbedding"].startswith("needs position ids")
+
+
+def test_rms_fusable_spelling_needs_a_weight(bind_text, registry):
+    report = bind_text(norm("RMSNormFused", residual=False, sum_out=False, gamma=False),
+                       registry=registry).report
+    reasons = {k.name: r for k, r in report.selections[0].rejected}
+    assert reasons["decompose.RMSNormFused.ort_fusable"] == (
+        "ORT fuses the spelling only with its weight Mul, and the weight is all ones")
+
+
+def test_emitted_nodes_name_their_kernel_and_declare_no_shapes(bind_text):
+    bound = bind_text(norm("RMSNormFused", residual=True, sum_out=False),
+                      "decompose.RMSNormFused.ort_fusable")
+    for node in bound.proto.graph.node:
+        assert {p.key: p.value for p in node.metadata_props} == {
+            "onnxopt.kernel": "decompose.RMSNormFused.ort_fusable"}
+    assert not bound.proto.graph.value_info

@@ -14,7 +14,7 @@ from onnxopt.importer import import_model
 from onnxopt.legality.target import Target
 from onnxopt.options import OptimizeOptions
 from onnxopt.select import tuning
-from onnxopt.select.kernel import CPU, CUDA, Kernel
+from onnxopt.select.kernel import CUDA, Kernel
 from onnxopt.select.selector import select_kernel
 from onnxopt.select.shapes import Binding
 
@@ -51,24 +51,24 @@ CPU_TARGET = Target(device="cpu", ort_version=(1, 31), opset=18)
 
 
 @pytest.mark.parametrize("caps,target,reason", [
-    (dict(providers=CUDA), CPU_TARGET, "runs only on CUDA"),
-    (dict(dtypes=frozenset({"float16"})), CPU_TARGET, "does not support dtype float32"),
-    (dict(cpu_dtypes=frozenset({"float16"})), CPU_TARGET,
+    ({"providers": CUDA}, CPU_TARGET, "runs only on CUDA"),
+    ({"dtypes": frozenset({"float16"})}, CPU_TARGET, "does not support dtype float32"),
+    ({"cpu_dtypes": frozenset({"float16"})}, CPU_TARGET,
      "has no float32 implementation on CPU (only float16)"),
-    (dict(min_opset=23), dataclasses.replace(CPU_TARGET, opset=23),
+    ({"min_opset": 23}, dataclasses.replace(CPU_TARGET, opset=23),
      "needs opset 23; the model imports opset 18"),
-    (dict(min_opset=18), dataclasses.replace(CPU_TARGET, opset=17),
+    ({"min_opset": 18}, dataclasses.replace(CPU_TARGET, opset=17),
      "needs opset 18; the target allows opset 17"),
-    (dict(min_ort=(1, 40)), CPU_TARGET, "needs ONNX Runtime 1.40, target is 1.31"),
-    (dict(providers=CUDA, min_compute_capability=(9, 0)),
+    ({"min_ort": (1, 40)}, CPU_TARGET, "needs ONNX Runtime 1.40, target is 1.31"),
+    ({"providers": CUDA, "min_compute_capability": (9, 0)},
      Target(device="cuda", compute_capability=(8, 0)), "needs compute capability 9.0"),
-    (dict(head_dims=frozenset({64, 128})), CPU_TARGET, "head size 8 not in [64, 128]"),
-    (dict(mask_kinds=frozenset({"none"})), CPU_TARGET, "does not support mask kind 'causal'"),
-    (dict(causal=False), CPU_TARGET, "does not support causal masking"),
-    (dict(grouped_query=False), CPU_TARGET, "does not support grouped-query attention"),
-    (dict(deterministic=False), dataclasses.replace(CPU_TARGET, determinism="strict"),
+    ({"head_dims": frozenset({64, 128})}, CPU_TARGET, "head size 8 not in [64, 128]"),
+    ({"mask_kinds": frozenset({"none"})}, CPU_TARGET, "does not support mask kind 'causal'"),
+    ({"causal": False}, CPU_TARGET, "does not support causal masking"),
+    ({"grouped_query": False}, CPU_TARGET, "does not support grouped-query attention"),
+    ({"deterministic": False}, dataclasses.replace(CPU_TARGET, determinism="strict"),
      "is not deterministic and determinism is strict"),
-    (dict(requires=lambda n, t: f"%{n.inputs[0].name} is not welcome"), CPU_TARGET,
+    ({"requires": lambda n, t: f"%{n.inputs[0].name} is not welcome"}, CPU_TARGET,
      "%q is not welcome"),
 ])
 def test_a_missing_capability_is_the_exact_reason(node, caps, target, reason):
@@ -76,7 +76,7 @@ def test_a_missing_capability_is_the_exact_reason(node, caps, target, reason):
     registry = [fake("x.under_test", **caps), fake("x.fallback")]
     selection = select_kernel(n, target, registry, model_opset=18)
     assert selection.chosen.name == "x.fallback"
-    assert dict((k.name, r) for k, r in selection.rejected) == {"x.under_test": reason}
+    assert {k.name: r for k, r in selection.rejected} == {"x.under_test": reason}
 
 
 def test_ties_break_by_name_whatever_the_registry_order(node):
@@ -87,7 +87,7 @@ def test_ties_break_by_name_whatever_the_registry_order(node):
         selection = select_kernel(n, CPU_TARGET, registry)
         assert selection.chosen.name == "a.one"
         assert [k.name for k, _ in selection.rejected] == ["b.two", "c.three"]
-    assert dict((k.name, r) for k, r in selection.rejected)["b.two"] == (
+    assert {k.name: r for k, r in selection.rejected}["b.two"] == (
         "estimated 1.00x the decomposition; a.one 1.00x the decomposition")
 
 
@@ -97,12 +97,12 @@ def test_costs_rank_before_names(node):
     assert select_kernel(n, CPU_TARGET, registry).chosen.name == "z.fast"
     measured = select_kernel(n, CPU_TARGET, registry, {"a.slow": 0.1, "z.fast": 0.3}, unit="ms")
     assert measured.chosen.name == "a.slow"
-    assert dict((k.name, r) for k, r in measured.rejected)["z.fast"] == (
+    assert {k.name: r for k, r in measured.rejected}["z.fast"] == (
         "measured 0.3 ms; a.slow 0.1 ms")
 
 
 def test_nothing_legal_falls_back_to_the_decomposition(node):
-    model, n = node()
+    model, _n = node()
     report = select.run(model, OptimizeOptions(target="cpu"),
                         registry=[fake("x.cuda_only", providers=CUDA)])
     (selection,) = report.selections
@@ -131,7 +131,7 @@ def _tuning_registry():
 
 
 def test_tune_times_candidates_and_writes_the_cache(node, tmp_path):
-    model, n = node(GELU)
+    model, _n = node(GELU)
     cache = tmp_path / "tuning.json"
     report = select.run(model, OptimizeOptions(target="cpu", tune=True, tune_cache=str(cache)),
                         registry=_tuning_registry())
@@ -170,7 +170,7 @@ def test_the_cache_is_read_back_and_honoured(node, tmp_path, monkeypatch):
                             registry=_tuning_registry())
         (selection,) = report.selections
         assert selection.chosen.name == "decompose.GeluFused" and selection.basis == "tuned"
-        assert dict((k.name, r) for k, r in selection.rejected)["ort.Gelu"] == (
+        assert {k.name: r for k, r in selection.rejected}["ort.Gelu"] == (
             "measured 0.5 ms; decompose.GeluFused 0.2 ms")
         assert report.tuned == 0
 
@@ -183,3 +183,16 @@ def test_a_cache_without_tune_is_not_extended(node, tmp_path, monkeypatch):
                         registry=_tuning_registry())
     assert report.selections[0].basis == "cost model"
     assert not cache.exists()
+
+
+def test_measured_near_ties_are_decided_by_the_cost_model(node):
+    _, n = node()
+    registry = [fake("a.fast", cost=2.0), fake("b.close", cost=0.5), fake("c.slow", cost=0.1)]
+    times = {"a.fast": 1.00, "b.close": 1.02, "c.slow": 1.20}
+    selection = select_kernel(n, CPU_TARGET, registry, times, unit="ms", tolerance=0.03,
+                              prior={"a.fast": 2.0, "b.close": 0.5, "c.slow": 0.1})
+    assert selection.chosen.name == "b.close"  # within 3% of the fastest, and cheaper a priori
+    reasons = {k.name: r for k, r in selection.rejected}
+    assert reasons["a.fast"] == ("measured 1 ms; b.close 1.02 ms (within 3%: a tie, decided by "
+                                 "the cost model, 2.00x against 0.50x)")
+    assert reasons["c.slow"] == "measured 1.2 ms; b.close 1.02 ms"
