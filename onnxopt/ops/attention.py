@@ -13,6 +13,12 @@ mask itself may drop it. Rank-3 inputs ``[X, S, D]`` are single-head.
 
 ``nan_to_zero``: rows whose every key is masked give 0 instead of NaN (what
 PyTorch's SDPA export does with ``Where(IsNaN(p), 0, p)``).
+
+Layouts: with ``layout="BSH"`` Q, K and V arrive as the projections' outputs
+``[B, S, H*D]`` (the model's head split ``Reshape → Transpose`` absorbed); with
+``output_layout="BSH"`` the output is ``[B, S, H*Dv]`` (the head merge
+absorbed). ``head_size``/``v_head_size`` give D and Dv. :func:`to_bnsh` turns
+such a node back into the BNSH form for kernels that only take that.
 """
 
 from __future__ import annotations
@@ -24,6 +30,8 @@ from onnxopt.ops.base import FusedOp, register
 
 
 def decompose(b, node: Node):
+    if node.attr("layout", "BNSH") != "BNSH" or node.attr("output_layout", "BNSH") != "BNSH":
+        return _via_bnsh(b, node)
     q, k, v = node.inputs[:3]
     mask = node.input(3)
     heads = node.attr("num_heads", 0)
@@ -39,12 +47,13 @@ def decompose(b, node: Node):
     if grouped:
         scores = b.op("Reshape", scores, b.const(np.array([0, heads, -1, 0], np.int64), "ungroup"))
     if scale != 1.0:
-        scores = b.op("Mul", scores, b.const(np.array(scale, _np_dtype(q.dtype)), "scale"))
+        scores = b.op("Mul", scores, b.const(np.array(scale, _np_dtype(node.inputs[0].dtype)),
+                                             "scale"))
     if mask is not None:
         scores = b.op("Add", scores, mask)
     probs = b.op("Softmax", scores, axis=-1)
     if node.attr("nan_to_zero", 0):
-        zero = b.const(np.array(0, _np_dtype(q.dtype)), "zero")
+        zero = b.const(np.array(0, _np_dtype(node.inputs[0].dtype)), "zero")
         probs = b.op("Where", b.op("IsNaN", probs), zero, probs)
     if grouped:
         probs = b.op("Reshape", probs, b.const(np.array([0, kv_heads, -1, 0], np.int64), "group"))
@@ -54,9 +63,83 @@ def decompose(b, node: Node):
     return [out]
 
 
+def to_bnsh(b, node: Node) -> Node:
+    """An equivalent AttentionFused node in BNSH layouts, placed before ``node``.
+
+    The inputs are split into heads (``Reshape [0, 0, H, D]`` + ``Transpose``); the
+    returned node's output is BNSH. The caller merges it back when ``node`` had
+    ``output_layout="BSH"`` (see :func:`merge_output`).
+    """
+    q, k, v = node.inputs[:3]
+    heads = node.attr("num_heads")
+    kv_heads = node.attr("kv_num_heads", heads) or heads
+    d = node.attr("head_size")
+    dv = node.attr("v_head_size", 0) or d
+    if node.attr("layout", "BNSH") == "BSH":
+        q, k, v = (_split(b, x, h, size) for x, h, size in
+                   ((q, heads, d), (k, kv_heads, d), (v, kv_heads, dv)))
+    attrs = {name: node.attr(name) for name in node.attrs}
+    attrs.update(layout="BNSH", output_layout="BNSH")
+    out = b.fused("AttentionFused", q, k, v, *node.inputs[3:], **attrs)
+    out.dtype = q.dtype
+    if q.shape is not None and v.shape is not None:
+        out.shape = (q.shape[0], q.shape[1], q.shape[2], v.shape[3])
+    return out.producer
+
+
+def merge_output(b, node: Node, out):
+    """Merge a BNSH attention output into ``[B, S, H*Dv]`` when ``node`` wants that."""
+    if node.attr("output_layout", "BNSH") != "BSH":
+        return out
+    heads = node.attr("num_heads")
+    dv = node.attr("v_head_size", 0) or node.attr("head_size")
+    t = b.op("Transpose", out, perm=[0, 2, 1, 3])
+    merged = b.op("Reshape", t, b.const(np.array([0, 0, heads * dv], np.int64), "merge_heads"))
+    if out.shape is not None:
+        t.shape = (out.shape[0], out.shape[2], out.shape[1], out.shape[3])
+        merged.shape = (out.shape[0], out.shape[2], heads * dv)
+    t.dtype = merged.dtype = out.dtype
+    return merged
+
+
+def _split(b, x, heads: int, size: int):
+    y = b.op("Reshape", x, b.const(np.array([0, 0, heads, size], np.int64), "split_heads"))
+    t = b.op("Transpose", y, perm=[0, 2, 1, 3])
+    if x.shape is not None and len(x.shape) == 3:
+        y.shape = (x.shape[0], x.shape[1], heads, size)
+        t.shape = (x.shape[0], heads, x.shape[1], size)
+    y.dtype = t.dtype = x.dtype
+    return t
+
+
+def _via_bnsh(b, node: Node):
+    inner = to_bnsh(b, node)
+    (out,) = decompose(b, inner)
+    b.graph.replace_all_uses(inner.output, out)
+    b.graph.remove(inner)
+    return [merge_output(b, node, out)]
+
+
+def _split_np(x, heads, size):
+    return x.reshape(x.shape[0], x.shape[1], heads, size).transpose(0, 2, 1, 3)
+
+
 def reference(q, k, v, mask=None, key_padding_mask=None, *, num_heads=0, kv_num_heads=0,
-              scale=1.0, causal=0, nan_to_zero=0, **_):
+              scale=1.0, causal=0, nan_to_zero=0, layout="BNSH", output_layout="BNSH",
+              head_size=0, v_head_size=0, **_):
     """NumPy attention in float64 (the additive mask is the exact function)."""
+    if layout == "BSH":
+        dv = v_head_size or head_size
+        q = _split_np(np.asarray(q), num_heads, head_size)
+        k = _split_np(np.asarray(k), kv_num_heads or num_heads, head_size)
+        v = _split_np(np.asarray(v), kv_num_heads or num_heads, dv)
+    out = _reference_bnsh(q, k, v, mask, scale, nan_to_zero)
+    if output_layout == "BSH":
+        out = out.transpose(0, 2, 1, 3).reshape(out.shape[0], out.shape[2], -1)
+    return out
+
+
+def _reference_bnsh(q, k, v, mask, scale, nan_to_zero):
     q64, k64, v64 = (np.asarray(a, np.float64) for a in (q, k, v))
     if q64.ndim == 4 and k64.shape[1] != q64.shape[1]:
         rep = q64.shape[1] // k64.shape[1]
@@ -85,7 +168,8 @@ ATTENTION = register(FusedOp(
     inputs=("Q", "K", "V", "mask?", "key_padding_mask?"),
     outputs=("O",),
     attrs={"num_heads": 0, "kv_num_heads": 0, "scale": 1.0, "causal": 0, "mask_kind": "none",
-           "layout": "BNSH", "nan_to_zero": 0, "head_size": 0},
+           "layout": "BNSH", "output_layout": "BNSH", "nan_to_zero": 0, "head_size": 0,
+           "v_head_size": 0},
     decompose=decompose,
     reference=reference,
     doc=__doc__,

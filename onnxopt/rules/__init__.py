@@ -7,6 +7,7 @@ from onnxopt.rules.base import Rule
 
 def all_rules() -> list[Rule]:
     from onnxopt.rules.attention import Attention
+    from onnxopt.rules.attention_layout import AttentionInputLayout, AttentionOutputLayout
     from onnxopt.rules.gelu import Gelu
     from onnxopt.rules.layer_norm import LayerNorm, LayerNormOp
     from onnxopt.rules.rms_norm import RMSNorm
@@ -15,7 +16,7 @@ def all_rules() -> list[Rule]:
     from onnxopt.rules.swiglu import SwiGLU
 
     return [
-        Attention(),
+        Attention(), AttentionInputLayout(), AttentionOutputLayout(),
         LayerNormOp(), LayerNorm(),
         RMSNorm(),
         Gelu(),
