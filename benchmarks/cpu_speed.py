@@ -39,7 +39,6 @@ import hashlib
 import json
 import math
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -262,16 +261,6 @@ def time_model(files: dict[str, Path], shapes: list[tuple[int, int]], runs: int,
     return out
 
 
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
-
-
 def table(results: dict, shapes: list[str]) -> str:
     """Markdown: one row per model and shape, speed of each variant vs the original."""
     variants = [v for v in VARIANTS if v != "original"]
@@ -358,6 +347,8 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print(md)
     import onnxruntime
+
+    from onnxopt.select.tuning import cpu_model
 
     meta = {"date": subprocess.run(["date"], capture_output=True, text=True,
                                    check=False).stdout.strip(),
