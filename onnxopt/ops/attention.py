@@ -17,8 +17,13 @@ PyTorch's SDPA export does with ``Where(IsNaN(p), 0, p)``).
 Layouts: with ``layout="BSH"`` Q, K and V arrive as the projections' outputs
 ``[B, S, H*D]`` (the model's head split ``Reshape → Transpose`` absorbed); with
 ``output_layout="BSH"`` the output is ``[B, S, H*Dv]`` (the head merge
-absorbed). ``head_size``/``v_head_size`` give D and Dv. :func:`to_bnsh` turns
-such a node back into the BNSH form for kernels that only take that.
+absorbed). ``head_size``/``v_head_size`` give D and Dv. With ``projections=1``
+(only with ``layout="BSH"``) inputs 0–2 are the hidden states the Q/K/V
+projections read, and ``q_weight, k_weight, v_weight`` (inputs 5–7, ``[hidden,
+H*D]``) and optional ``q_bias, k_bias, v_bias`` (inputs 8–10) complete them:
+``Q = x_q·Wq + bq`` — the whole block from hidden state to merged heads is one
+node. :func:`to_bnsh` turns such a node back into the BNSH form for kernels
+that only take that.
 """
 
 from __future__ import annotations
@@ -70,7 +75,7 @@ def to_bnsh(b, node: Node) -> Node:
     returned node's output is BNSH. The caller merges it back when ``node`` had
     ``output_layout="BSH"`` (see :func:`merge_output`).
     """
-    q, k, v = node.inputs[:3]
+    q, k, v = _projected(b, node) if node.attr("projections", 0) else node.inputs[:3]
     heads = node.attr("num_heads")
     kv_heads = node.attr("kv_num_heads", heads) or heads
     d = node.attr("head_size")
@@ -79,8 +84,8 @@ def to_bnsh(b, node: Node) -> Node:
         q, k, v = (_split(b, x, h, size) for x, h, size in
                    ((q, heads, d), (k, kv_heads, d), (v, kv_heads, dv)))
     attrs = {name: node.attr(name) for name in node.attrs}
-    attrs.update(layout="BNSH", output_layout="BNSH")
-    out = b.fused("AttentionFused", q, k, v, *node.inputs[3:], **attrs)
+    attrs.update(layout="BNSH", output_layout="BNSH", projections=0)
+    out = b.fused("AttentionFused", q, k, v, *node.inputs[3:5], **attrs)
     out.dtype = q.dtype
     if q.shape is not None and v.shape is not None:
         out.shape = (q.shape[0], q.shape[1], q.shape[2], v.shape[3])
@@ -102,6 +107,23 @@ def merge_output(b, node: Node, out):
     return merged
 
 
+def _projected(b, node: Node):
+    """``x·W + b`` for Q, K and V from a node with absorbed projections."""
+    out = []
+    for i in range(3):
+        x, w, bias = node.inputs[i], node.input(5 + i), node.input(8 + i)
+        y = b.op("MatMul", x, w)
+        y.dtype = x.dtype
+        if x.shape is not None:
+            y.shape = tuple(x.shape[:-1]) + (w.shape[-1],)
+        if bias is not None:
+            shape = y.shape
+            y = b.op("Add", y, bias)
+            y.dtype, y.shape = x.dtype, shape
+        out.append(y)
+    return out
+
+
 def _split(b, x, heads: int, size: int):
     y = b.op("Reshape", x, b.const(np.array([0, 0, heads, size], np.int64), "split_heads"))
     t = b.op("Transpose", y, perm=[0, 2, 1, 3])
@@ -113,7 +135,7 @@ def _split(b, x, heads: int, size: int):
 
 
 def _via_bnsh(b, node: Node):
-    inner = to_bnsh(b, node)
+    inner = to_bnsh(b, node)  # projections, head split
     (out,) = decompose(b, inner)
     b.graph.replace_all_uses(inner.output, out)
     b.graph.remove(inner)
@@ -124,10 +146,15 @@ def _split_np(x, heads, size):
     return x.reshape(x.shape[0], x.shape[1], heads, size).transpose(0, 2, 1, 3)
 
 
-def reference(q, k, v, mask=None, key_padding_mask=None, *, num_heads=0, kv_num_heads=0,
-              scale=1.0, causal=0, nan_to_zero=0, layout="BNSH", output_layout="BNSH",
-              head_size=0, v_head_size=0, **_):
+def reference(q, k, v, mask=None, key_padding_mask=None, q_weight=None, k_weight=None,
+              v_weight=None, q_bias=None, k_bias=None, v_bias=None, *, num_heads=0,
+              kv_num_heads=0, scale=1.0, causal=0, nan_to_zero=0, layout="BNSH",
+              output_layout="BNSH", head_size=0, v_head_size=0, projections=0, **_):
     """NumPy attention in float64 (the additive mask is the exact function)."""
+    if projections:
+        q, k, v = (np.asarray(x, np.float64) @ w + (0 if bias is None else bias)
+                   for x, w, bias in ((q, q_weight, q_bias), (k, k_weight, k_bias),
+                                      (v, v_weight, v_bias)))
     if layout == "BSH":
         dv = v_head_size or head_size
         q = _split_np(np.asarray(q), num_heads, head_size)
@@ -165,11 +192,12 @@ def _np_dtype(dtype: str | None):
 
 ATTENTION = register(FusedOp(
     name="AttentionFused",
-    inputs=("Q", "K", "V", "mask?", "key_padding_mask?"),
+    inputs=("Q", "K", "V", "mask?", "key_padding_mask?", "q_weight?", "k_weight?", "v_weight?",
+            "q_bias?", "k_bias?", "v_bias?"),
     outputs=("O",),
     attrs={"num_heads": 0, "kv_num_heads": 0, "scale": 1.0, "causal": 0, "mask_kind": "none",
            "layout": "BNSH", "output_layout": "BNSH", "nan_to_zero": 0, "head_size": 0,
-           "v_head_size": 0},
+           "v_head_size": 0, "projections": 0},
     decompose=decompose,
     reference=reference,
     doc=__doc__,

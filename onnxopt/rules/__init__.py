@@ -8,6 +8,7 @@ from onnxopt.rules.base import Rule
 def all_rules() -> list[Rule]:
     from onnxopt.rules.attention import Attention
     from onnxopt.rules.attention_layout import AttentionInputLayout, AttentionOutputLayout
+    from onnxopt.rules.attention_projections import AttentionProjections
     from onnxopt.rules.gelu import Gelu
     from onnxopt.rules.layer_norm import LayerNorm, LayerNormOp
     from onnxopt.rules.rms_norm import RMSNorm
@@ -16,7 +17,7 @@ def all_rules() -> list[Rule]:
     from onnxopt.rules.swiglu import SwiGLU
 
     return [
-        Attention(), AttentionInputLayout(), AttentionOutputLayout(),
+        Attention(), AttentionInputLayout(), AttentionOutputLayout(), AttentionProjections(),
         LayerNormOp(), LayerNorm(),
         RMSNorm(),
         Gelu(),

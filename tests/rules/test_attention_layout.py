@@ -60,7 +60,7 @@ g (float[B, S, 64] xq, float[B, S, 64] xk, float[B, S, 64] xv) => (float[B, S, 6
 
 def test_text_graph_absorbs_both_and_computes_the_same(make_model):
     proto = make_model(SPLIT.format(heads=4, size=16))
-    model, report = _fused(proto)
+    model, _report = _fused(proto)
     (node,) = [n for n in model.graph if n.op_type == "AttentionFused"]
     assert (node.attr("layout"), node.attr("output_layout")) == ("BSH", "BSH")
     assert [n.op_type for n in model.graph] == ["AttentionFused"]
