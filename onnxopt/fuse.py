@@ -9,10 +9,6 @@ from onnxopt.options import OptimizeOptions
 from onnxopt.rules import all_rules
 
 
-class UnknownRule(ValueError):
-    pass
-
-
 def selected_rules(options: OptimizeOptions):
     rules = all_rules()
     names = {r.name for r in rules}
