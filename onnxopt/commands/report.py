@@ -62,18 +62,28 @@ def print_normalize(out: Console, summary: dict[str, int]) -> None:
 
 
 def print_fusion(out: Console, report) -> None:
+    """Per rule: fused, refused, partial; then the refusal reasons, each on its own line
+    (a reason is a sentence naming a value: it does not fit a table cell)."""
     summary = report.summary()
     if not summary:
         out.print("fusion: no candidate regions")
         return
     table = Table(title="fusion", show_edge=False, title_justify="left")
-    for col in ("rule", "fused", "refused", "partial", "most common reason"):
-        table.add_column(col, justify="right" if col in ("fused", "refused", "partial") else "left")
+    for col in ("rule", "fused", "refused", "partial"):
+        table.add_column(col, justify="left" if col == "rule" else "right")
     for rule, entry in summary.items():
-        reason = next(iter(entry["reasons"]), "")
-        table.add_row(rule, str(entry["fused"]), str(entry["refused"]), str(entry["partial"]),
-                      reason)
+        table.add_row(rule, str(entry["fused"]), str(entry["refused"]), str(entry["partial"]))
     out.print(table)
+    refused = [r for r in report.regions if r.status == "refused"]
+    if refused:
+        out.print(f"not fused ({len(refused)}; `onnxopt explain` lists partial matches too):")
+        counts: dict[tuple[str, str], int] = {}
+        for r in refused:
+            counts[(r.rule, r.detail)] = counts.get((r.rule, r.detail), 0) + 1
+        for (rule, detail), n in sorted(counts.items(), key=lambda kv: -kv[1])[:8]:
+            out.print(f"  {rule}: {detail}" + (f"  (x{n})" if n > 1 else ""), markup=False)
+        if len(counts) > 8:
+            out.print(f"  ... and {len(counts) - 8} more reasons")
 
 
 def print_selection(out: Console, report) -> None:
