@@ -29,7 +29,7 @@ def explain(model: str, rule: str | None, target: str | None, determinism: str,
 
     if rule and rule not in {r.name for r in all_rules()}:
         raise UsageError(f"unknown rule '{rule}' (rules: "
-                         f"{', '.join(sorted(r.name for r in all_rules()))})")
+                         f"{', '.join(sorted({r.name for r in all_rules()}))})")
     options = OptimizeOptions(target=target, determinism=determinism, only=frozenset(only),
                               disable=frozenset(disable), debug=debug)
     result = explain_model(model, options, rule=rule)

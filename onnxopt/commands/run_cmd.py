@@ -41,7 +41,6 @@ def run(model: str, inputs_path: str | None, provider: str | None, output: str |
     onnxopt's kernels, or on the CPU with their NumPy reference kernels.
     """
     import numpy as np
-    import onnx
     import onnxruntime as ort
 
     from onnxopt.runtime import RuntimeUnavailable, cuda_available, session, used_ops
@@ -50,7 +49,9 @@ def run(model: str, inputs_path: str | None, provider: str | None, output: str |
         raise UsageError(f"{model}: no such file")
     if output is not None and os.path.isdir(output):
         raise UsageError(f"{output}: output path is a directory")
-    proto = onnx.load(model, load_external_data=False)
+    from onnxopt.importer.load import read_model_proto
+
+    proto = read_model_proto(model)  # one-line errors for files that are not ONNX models
     ours = sorted(op for domain, op in used_ops(proto) if domain == CUDA_DOMAIN)
     providers, note = _providers(provider, ours, cuda_available)
     feeds = _feeds(model, proto, inputs_path, batch, seq, seed)

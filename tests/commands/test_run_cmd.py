@@ -85,3 +85,12 @@ def test_cuda_without_cuda_is_one_line_and_exit_1(cli, optimized, models_dir):
 def test_missing_model(cli, tmp_path):
     code, _, err = cli("run", tmp_path / "nope.onnx")
     assert (code, err) == (2, f"onnxopt: error: {tmp_path / 'nope.onnx'}: no such file\n")
+
+
+def test_run_reports_a_file_that_is_not_a_model_in_one_line(tmp_path, cli):
+    bad = tmp_path / "bad.onnx"
+    bad.write_bytes(b"not a model")
+    code, _, err = cli("run", bad)
+    assert code == 1
+    assert err.startswith(f"onnxopt: error: {bad}: not an ONNX model")
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1
