@@ -1,0 +1,98 @@
+"""Attention spellings beyond the shipped models: scale from the shape, Trilu and constant
+causal masks, boolean masks through Where, scale on Q only, Div by a constant."""
+
+from __future__ import annotations
+
+import pytest
+
+from onnxopt import fuse, normalize
+from onnxopt.importer import import_model
+from onnxopt.options import OptimizeOptions
+from onnxopt.pipeline import run_pipeline
+from onnxopt.verification import verify_models
+
+HEAD = "g (float[batch, 4, seq, 16] q, float[batch, 4, seq, 16] k, float[batch, 4, seq, 16] v"
+
+
+def _attention_nodes(proto):
+    model = import_model(proto)
+    options = OptimizeOptions(target="cpu")
+    normalize.run(model, options)
+    report = fuse.run(model, options)
+    return [n for n in model.graph if n.op_type == "AttentionFused"], report
+
+
+def _check(make_model, text, **expected):
+    proto = make_model(text)
+    nodes, report = _attention_nodes(proto)
+    assert len(nodes) == 1, report.summary()
+    for key, want in expected.items():
+        got = nodes[0].attr(key)
+        assert got == pytest.approx(want) if isinstance(want, float) else got == want, key
+    result = run_pipeline(proto, OptimizeOptions(target="cpu"))
+    assert verify_models(proto, result.proto).ok
+
+
+def test_scale_from_the_shape(make_model):
+    _check(make_model, HEAD + """) => (float[batch, 4, seq, 16] o) {
+        shape = Shape (q)
+        last = Constant <value = int64 {3}> ()
+        d = Gather (shape, last)
+        df = Cast <to = 1> (d)
+        root = Sqrt (df)
+        kt = Transpose <perm = [0, 1, 3, 2]> (k)
+        s = MatMul (q, kt)
+        ss = Div (s, root)
+        p = Softmax <axis = -1> (ss)
+        o = MatMul (p, v)
+    }""", scale=0.25, mask_kind="none")
+
+
+def test_scale_on_q_only_and_div_by_constant(make_model):
+    _check(make_model, HEAD + """) => (float[batch, 4, seq, 16] o) {
+        c = Constant <value = float {2.0}> ()
+        qs = Div (q, c)
+        kt = Transpose <perm = [0, 1, 3, 2]> (k)
+        s = MatMul (qs, kt)
+        p = Softmax <axis = -1> (s)
+        o = MatMul (p, v)
+    }""", scale=0.5)
+
+
+def test_causal_mask_from_trilu(make_model):
+    _check(make_model, HEAD + """) => (float[batch, 4, seq, 16] o) {
+        shape = Shape (q)
+        two = Constant <value = int64[1] {2}> ()
+        n = Gather (shape, two)
+        square = Concat <axis = 0> (n, n)
+        one = Constant <value = float[1] {1}> ()
+        ones = Expand (one, square)
+        upper = Trilu <upper = 1> (ones, one_i)
+        one_i = Constant <value = int64 {1}> ()
+        masked = Cast <to = 9> (upper)
+        big = Constant <value = float {-10000}> ()
+        zero = Constant <value = float {0}> ()
+        m = Where (masked, big, zero)
+        kt = Transpose <perm = [0, 1, 3, 2]> (k)
+        s = MatMul (q, kt)
+        c = Constant <value = float {0.25}> ()
+        ss = Mul (s, c)
+        a = Add (ss, m)
+        p = Softmax <axis = -1> (a)
+        o = MatMul (p, v)
+    }""".replace("upper = Trilu <upper = 1> (ones, one_i)\n        one_i = Constant <value = int64 {1}> ()",
+                 "one_i = Constant <value = int64 {1}> ()\n        upper = Trilu <upper = 1> (ones, one_i)"),
+           causal=1, mask_kind="causal")
+
+
+def test_boolean_mask_through_where_on_the_scores(make_model):
+    _check(make_model, HEAD + """, bool[batch, 1, 1, seq] keep) => (float[batch, 4, seq, 16] o) {
+        kt = Transpose <perm = [0, 1, 3, 2]> (k)
+        s = MatMul (q, kt)
+        c = Constant <value = float {0.25}> ()
+        ss = Mul (s, c)
+        neg = Constant <value = float {-3.4028234663852886e38}> ()
+        a = Where (keep, ss, neg)
+        p = Softmax <axis = -1> (a)
+        o = MatMul (p, v)
+    }""", scale=0.25)
