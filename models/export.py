@@ -208,6 +208,62 @@ def _gpt_neox(attn: str) -> nn.Module:
     return GPTNeoXForCausalLM(cfg)
 
 
+def _opt(attn: str) -> nn.Module:
+    from transformers import OPTConfig, OPTForCausalLM
+
+    cfg = OPTConfig(
+        vocab_size=VOCAB,
+        hidden_size=HIDDEN,
+        num_hidden_layers=LAYERS,
+        num_attention_heads=HEADS,
+        ffn_dim=INTERMEDIATE,
+        max_position_embeddings=MAX_POS,  # learned, offset 2 (table of MAX_POS + 2 rows)
+        word_embed_proj_dim=HIDDEN,
+        do_layer_norm_before=True,
+        activation_function="relu",
+        use_cache=False,
+        tie_word_embeddings=False,
+    )
+    cfg._attn_implementation = attn
+    return OPTForCausalLM(cfg)
+
+
+def _distilbert(attn: str) -> nn.Module:
+    from transformers import DistilBertConfig, DistilBertModel
+
+    cfg = DistilBertConfig(
+        vocab_size=VOCAB,
+        dim=HIDDEN,
+        n_layers=LAYERS,
+        n_heads=HEADS,
+        hidden_dim=INTERMEDIATE,
+        max_position_embeddings=MAX_POS,
+        activation="gelu",
+        use_cache=False,
+    )
+    cfg._attn_implementation = attn
+    return DistilBertModel(cfg)
+
+
+def _clip_text(attn: str) -> nn.Module:
+    from transformers import CLIPTextConfig, CLIPTextModel
+
+    cfg = CLIPTextConfig(
+        vocab_size=VOCAB,
+        hidden_size=HIDDEN,
+        num_hidden_layers=LAYERS,
+        num_attention_heads=HEADS,
+        intermediate_size=INTERMEDIATE,
+        max_position_embeddings=MAX_POS,
+        hidden_act="quick_gelu",
+        bos_token_id=0,
+        eos_token_id=2,  # the default 49407 is outside the tiny vocab
+        use_cache=False,
+    )
+    cfg._attn_implementation = attn
+    return CLIPTextModel(cfg)
+
+
 def _t5enc(attn: str) -> nn.Module:
     from transformers import T5Config, T5EncoderModel
 
@@ -267,6 +323,9 @@ SPECS: dict[str, Spec] = {
         Spec("roberta", _roberta, "RobertaModel", "sdpa", "text", "last_hidden_state", True),
         Spec("qwen2", _qwen2, "Qwen2ForCausalLM", "sdpa", "text", "logits", True),
         Spec("gpt_neox", _gpt_neox, "GPTNeoXForCausalLM", "eager", "text", "logits", True),
+        Spec("opt", _opt, "OPTForCausalLM", "eager", "text", "logits", True),
+        Spec("distilbert", _distilbert, "DistilBertModel", "sdpa", "text", "last_hidden_state", True),
+        Spec("clip_text", _clip_text, "CLIPTextModel", "eager", "text", "last_hidden_state", True),
     ]
 }
 
