@@ -18,6 +18,7 @@ from onnxopt.normalize.eliminate_common_subexpressions import eliminate_common_s
 from onnxopt.normalize.eliminate_dead_code import eliminate_dead_code
 from onnxopt.normalize.fold_constants import fold_constants
 from onnxopt.normalize.remove_noops import remove_noops
+from onnxopt.normalize.scale_through_layout import scale_through_layout
 from onnxopt.normalize.softmax_canonical import softmax_canonical
 from onnxopt.normalize.transpose_into_matmul import transpose_into_matmul
 from onnxopt.normalize.transpose_through_reshape import transpose_through_reshape
@@ -34,6 +35,7 @@ PASSES: list[tuple[str, Pass]] = [
     ("eliminate_dead_code", eliminate_dead_code),
     ("eliminate_common_subexpressions", eliminate_common_subexpressions),
     ("commutative_order", commutative_order),
+    ("scale_through_layout", scale_through_layout),
     ("canonical_scale", canonical_scale),
     ("transpose_through_reshape", transpose_through_reshape),
     ("transpose_into_matmul", transpose_into_matmul),

@@ -3,7 +3,7 @@
     GeluFused(X, bias?)  t = X + bias
         approximate="none": 0.5·t·(1 + erf(t/√2))
         approximate="tanh": 0.5·t·(1 + tanh(√(2/π)·(t + 0.044715·t³)))
-    SiluFused(X)         X·sigmoid(X)
+    SiluFused(X)         X·sigmoid(alpha·X)   (SiLU/Swish: alpha = 1; quick GELU: alpha = 1.702)
     SwiGLUFused(gate, up) silu(gate)·up          (LLaMA/Mistral MLP gate; equal shapes)
 
 The decompositions use the operation order the exporters write (``x/√2`` as a
@@ -44,7 +44,14 @@ def decompose_gelu(b, node: Node):
 
 def decompose_silu(b, node: Node):
     x = node.inputs[0]
-    return [b.op("Mul", x, b.op("Sigmoid", x))]
+    alpha = node.attr("alpha", 1.0)
+    inner = x
+    if alpha != 1.0:
+        from onnxopt.ir.dtypes import numpy_dtype
+
+        inner = b.op("Mul", x, b.const(np.array(alpha, numpy_dtype(x.dtype or "float32")),
+                                       "alpha"))
+    return [b.op("Mul", x, b.op("Sigmoid", inner))]
 
 
 def decompose_swiglu(b, node: Node):
@@ -69,9 +76,9 @@ def _sigmoid(t):
     return 0.5 * (1.0 + np.tanh(0.5 * t))  # no overflow for large |t|
 
 
-def reference_silu(x, **_):
+def reference_silu(x, *, alpha=1.0, **_):
     t = np.asarray(x, np.float64)
-    return (t * _sigmoid(t)).astype(np.asarray(x).dtype)
+    return (t * _sigmoid(alpha * t)).astype(np.asarray(x).dtype)
 
 
 def reference_swiglu(gate, up, **_):
@@ -93,6 +100,7 @@ SILU = register(FusedOp(
     name="SiluFused",
     inputs=("X",),
     outputs=("Y",),
+    attrs={"alpha": 1.0},
     decompose=decompose_silu,
     reference=reference_silu,
     doc=__doc__,

@@ -1,18 +1,21 @@
-"""x · sigmoid(x)  ->  ai.onnxopt.SiluFused(x)
+"""x · sigmoid(α·x)  ->  ai.onnxopt.SiluFused(x, alpha=α)
 
 SiLU (Swish with β = 1), as PyTorch exports ``F.silu``: a Sigmoid and a Mul
-reading the same value.
+reading the same value. The same form with a constant inside the sigmoid is
+Swish-β, which CLIP and others use as "quick GELU" (α = 1.702): one fused op
+with an ``alpha`` attribute covers both.
 """
 
 from __future__ import annotations
 
 from onnxopt.ir.dtypes import FLOAT_TYPES
+from onnxopt.legality.predicates import scalar_constant
 from onnxopt.match.pattern import Builder, Match
 from onnxopt.rules.base import RewriteBuilder, Rule
 
 
 class Silu(Rule):
-    """x · sigmoid(x)  ->  ai.onnxopt.SiluFused(x)"""
+    """x · sigmoid(α·x)  ->  ai.onnxopt.SiluFused(x, alpha=α)"""
 
     name = "silu"
     root = "Mul"
@@ -20,10 +23,21 @@ class Silu(Rule):
 
     def pattern(self, p: Builder):
         x = p.var("x", dtype=FLOAT_TYPES)
-        return p.Mul(x, p.Sigmoid(x))
+        inner = p.optional(p.Mul(x, p.const("alpha"), name="scaled"), x)
+        return p.Mul(x, p.Sigmoid(inner))
+
+    def legal(self, m: Match, target) -> str | None:
+        if m.alpha is not None:
+            return scalar_constant(m.alpha, "sigmoid's scale α")
+        return None
 
     def rewrite(self, b: RewriteBuilder, m: Match):
-        return b.fused("SiluFused", m.x)
+        return b.fused("SiluFused", m.x, alpha=_alpha(m))
 
     def describe(self, m: Match) -> str:
-        return "x·sigmoid(x)"
+        alpha = _alpha(m)
+        return "x·sigmoid(x)" if alpha == 1.0 else f"x·sigmoid({alpha:g}·x)"
+
+
+def _alpha(m: Match) -> float:
+    return 1.0 if m.alpha is None else float(m.alpha.const.numpy().reshape(-1)[0])

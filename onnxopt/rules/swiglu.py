@@ -22,7 +22,9 @@ class SwiGLU(Rule):
 
     def pattern(self, p: Builder):
         gate = p.var("gate", dtype=FLOAT_TYPES)
-        silu = p.any(p.op("SiluFused", gate, domain=FUSED_DOMAIN, name="silu"),
+        silu = p.any(p.op("SiluFused", gate, domain=FUSED_DOMAIN, name="silu",
+                          check=lambda n: None if n.attr("alpha", 1.0) == 1.0
+                          else f"sigmoid scale alpha={n.attr('alpha'):g}: not SiLU"),
                      p.Mul(gate, p.Sigmoid(gate), name="silu"))
         return p.Mul(silu, p.var("up", dtype=FLOAT_TYPES))
 

@@ -59,11 +59,12 @@ def _emit_gelu20(b, node, target):
 
 
 def _emit_quick_gelu(b, node, target):
-    return [b.op("QuickGelu", node.inputs[0], domain=MS_DOMAIN, alpha=1.0)]
+    return [b.op("QuickGelu", node.inputs[0], domain=MS_DOMAIN,
+                 alpha=float(node.attr("alpha", 1.0)))]
 
 
 def _emit_swish24(b, node, target):
-    return [b.op("Swish", node.inputs[0], alpha=1.0)]
+    return [b.op("Swish", node.inputs[0], alpha=float(node.attr("alpha", 1.0)))]
 
 
 def _emit_swiglu_quick(b, node, target):
@@ -91,10 +92,10 @@ def kernels() -> list[Kernel]:
                requires=_approximate("any", "any"), cost=1.0, notes="ONNX Gelu"),
         Kernel(name="ort.QuickGelu", implements="SiluFused", backend="ort",
                emit=_emit_quick_gelu, dtypes=FLOAT_HALF, providers=both, opsets=ms, cost=1.0,
-               notes="com.microsoft QuickGelu(alpha=1) = x*sigmoid(x)"),
+               notes="com.microsoft QuickGelu(alpha) = x*sigmoid(alpha*x)"),
         Kernel(name="onnx.Swish-24", implements="SiluFused", backend="ort", emit=_emit_swish24,
                dtypes=FLOAT_HALF, providers=both, min_opset=24, min_ort=(1, 23), cost=1.0,
-               notes="ONNX Swish(alpha=1)"),
+               notes="ONNX Swish(alpha)"),
         Kernel(name="ort.QuickGelu.mul", implements="SwiGLUFused", backend="ort",
                emit=_emit_swiglu_quick, dtypes=FLOAT_HALF, providers=both, opsets=ms, cost=1.0,
                notes="QuickGelu(gate) * up"),

@@ -96,3 +96,41 @@ def test_boolean_mask_through_where_on_the_scores(make_model):
         p = Softmax <axis = -1> (a)
         o = MatMul (p, v)
     }""", scale=0.25)
+
+
+def test_scale_on_q_before_the_head_split(make_model):
+    """OPT: Q is scaled right after its projection, before Reshape/Transpose."""
+    proto = make_model("""
+    g (float[B, S, 64] x, float[B, 4, S, 16] k, float[B, 4, S, 16] v) => (float[B, 4, S, 16] o) {
+        c = Constant <value = float {0.25}> ()
+        q0 = Mul (x, c)
+        shape = Constant <value = int64[4] {0, 0, 4, 16}> ()
+        r = Reshape (q0, shape)
+        q = Transpose <perm = [0, 2, 1, 3]> (r)
+        kt = Transpose <perm = [0, 1, 3, 2]> (k)
+        s = MatMul (q, kt)
+        p = Softmax <axis = -1> (s)
+        o = MatMul (p, v)
+    }""")
+    nodes, _ = _attention_nodes(proto)
+    assert len(nodes) == 1 and nodes[0].attr("scale") == pytest.approx(0.25)
+    result = run_pipeline(proto, OptimizeOptions(target="cpu"))
+    assert verify_models(proto, result.proto).ok
+
+
+def test_quick_gelu_is_silu_with_alpha(make_model):
+    proto = make_model("""
+    g (float[B, S, 64] x) => (float[B, S, 64] y) {
+        a = Constant <value = float {1.702}> ()
+        t = Mul (x, a)
+        s = Sigmoid (t)
+        y = Mul (x, s)
+    }""")
+    model = import_model(proto)
+    options = OptimizeOptions(target="cpu")
+    normalize.run(model, options)
+    fuse.run(model, options)
+    (node,) = list(model.graph)
+    assert node.op_type == "SiluFused" and node.attr("alpha") == pytest.approx(1.702)
+    result = run_pipeline(proto, OptimizeOptions(target="cpu"))
+    assert verify_models(proto, result.proto).ok

@@ -18,6 +18,11 @@ EXPECTED = {
     # norms per layer read the same input with identical untrained weights, so CSE merges them.
     "qwen2": (0, 5, 0, 2, 2, 4),
     "gpt_neox": (3, 0, 2, 0, 0, 4),
+    # Added later still (models/README.md): OPT scales Q before the head split
+    # (normalize/scale_through_layout.py), CLIP's quick GELU is x·sigmoid(1.702x) (silu, alpha).
+    "opt": (5, 0, 0, 0, 0, 0),
+    "distilbert": (5, 0, 2, 0, 0, 0),
+    "clip_text": (5, 0, 0, 2, 0, 0),
 }
 RULES = ("layer_norm", "rms_norm", "gelu", "silu", "swiglu", "rotary")
 # What a fused model must no longer contain: the pieces of the blocks above.
