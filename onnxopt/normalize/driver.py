@@ -17,6 +17,7 @@ from onnxopt.normalize.commutative_order import commutative_order
 from onnxopt.normalize.eliminate_common_subexpressions import eliminate_common_subexpressions
 from onnxopt.normalize.eliminate_dead_code import eliminate_dead_code
 from onnxopt.normalize.fold_constants import fold_constants
+from onnxopt.normalize.merge_reshapes import merge_reshapes
 from onnxopt.normalize.remove_noops import remove_noops
 from onnxopt.normalize.scale_through_layout import scale_through_layout
 from onnxopt.normalize.softmax_canonical import softmax_canonical
@@ -37,6 +38,7 @@ PASSES: list[tuple[str, Pass]] = [
     ("commutative_order", commutative_order),
     ("scale_through_layout", scale_through_layout),
     ("canonical_scale", canonical_scale),
+    ("merge_reshapes", merge_reshapes),
     ("transpose_through_reshape", transpose_through_reshape),
     ("transpose_into_matmul", transpose_into_matmul),
     ("softmax_canonical", softmax_canonical),
