@@ -122,7 +122,7 @@ def _run_worklist(graph: Graph, by_root, target: Target, report: FusionReport, d
 
 
 def _apply(graph: Graph, rule: Rule, m: Match, debug: bool) -> list[Node]:
-    from onnxopt.ir.edit import replace_value
+    from onnxopt.ir.edit import remove_if_dead, replace_value
 
     b = RewriteBuilder(graph, m.root, rule.name)
     result = rule.rewrite(b, m)
@@ -140,9 +140,8 @@ def _apply(graph: Graph, rule: Rule, m: Match, debug: bool) -> list[Node]:
             raise MatchError(f"rule {rule.name}: cannot replace graph output %{old.name}")
     users.extend(n for n in b.nodes)
     for node in reversed(m.nodes):
-        if node.graph is graph and not any(o.num_uses or o in graph.output_set()
-                                           for o in node.outputs):
-            graph.remove(node)
+        if node.graph is graph:
+            remove_if_dead(graph, node)
     if debug:
         verify_graph(graph)
     return users

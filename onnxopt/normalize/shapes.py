@@ -18,13 +18,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from onnxopt.ir.edit import replace_value
+from onnxopt.ir.edit import remove_if_dead, replace_value
 from onnxopt.ir.graph import Graph
 from onnxopt.ir.model import Model
 from onnxopt.ir.node import Node
 from onnxopt.ir.tensor import LazyTensor
 from onnxopt.ir.value import Value
 from onnxopt.normalize import symdim as sd
+from onnxopt.normalize._common import all_graphs
 from onnxopt.normalize.shape_rules import RULES, SYM_RULES
 
 MAX_SYM_ELEMENTS = 16
@@ -33,16 +34,9 @@ MAX_SYM_ELEMENTS = 16
 def infer_shapes(model: Model) -> int:
     """Propagate shapes and small-integer contents; fold fully known ones. Returns folds made."""
     folds = 0
-    for graph in _graphs(model.graph):
+    for graph in all_graphs(model):
         folds += _infer_graph(graph)
     return folds
-
-
-def _graphs(graph: Graph):
-    yield graph
-    for node in graph:
-        for sub in node.subgraphs():
-            yield from _graphs(sub)
 
 
 def _infer_graph(graph: Graph) -> int:
@@ -121,6 +115,5 @@ def _fold(graph: Graph, node: Node) -> bool:
     if not replace_value(graph, out, const):
         graph.remove_constant(const)
         return False
-    if not any(o.num_uses or o in graph.output_set() for o in node.outputs):
-        graph.remove(node)
+    remove_if_dead(graph, node)
     return True

@@ -20,7 +20,7 @@ from onnxopt.importer.semantics import annotate
 from onnxopt.ir.edit import replace_value
 from onnxopt.ir.model import Model
 from onnxopt.normalize import symdim as sd
-from onnxopt.normalize._common import all_graphs, is_op
+from onnxopt.normalize._common import all_graphs, ints_attr, is_op
 
 
 def transpose_through_reshape(model: Model) -> int:
@@ -40,7 +40,7 @@ def transpose_through_reshape(model: Model) -> int:
             if perm is None:
                 continue
             node = graph.make_node("Transpose", [inner.inputs[0]], before=outer,
-                                   attrs={"perm": _ints_attr(perm)},
+                                   attrs={"perm": ints_attr(perm)},
                                    created_by="transpose_through_reshape")
             node.output.dtype, node.output.shape = outer.output.dtype, outer.output.shape
             annotate(node)
@@ -66,10 +66,3 @@ def _fused_perm(x, merged, perm, out):
         return None
     return list(range(k)) + [k - 1 + p for p in perm[1:]]
 
-
-def _ints_attr(values):
-    from onnx import AttributeProto
-
-    from onnxopt.ir.node import Attr
-
-    return Attr(AttributeProto.INTS, tuple(values))

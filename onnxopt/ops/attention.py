@@ -81,15 +81,21 @@ def to_bnsh(b, node: Node) -> Node:
     d = node.attr("head_size")
     dv = node.attr("v_head_size", 0) or d
     if node.attr("layout", "BNSH") == "BSH":
-        q, k, v = (_split(b, x, h, size) for x, h, size in
+        q, k, v = (split_heads(b, x, h, size) for x, h, size in
                    ((q, heads, d), (k, kv_heads, d), (v, kv_heads, dv)))
-    attrs = {name: node.attr(name) for name in node.attrs}
-    attrs.update(layout="BNSH", output_layout="BNSH", projections=0)
+    attrs = attributes_with(node, layout="BNSH", output_layout="BNSH", projections=0)
     out = b.fused("AttentionFused", q, k, v, *node.inputs[3:5], **attrs)
     out.dtype = q.dtype
     if q.shape is not None and v.shape is not None:
         out.shape = (q.shape[0], q.shape[1], q.shape[2], v.shape[3])
     return out.producer
+
+
+def attributes_with(node: Node, **changes) -> dict:
+    """The node's attributes as plain values, with ``changes`` applied (for a rewritten copy)."""
+    attrs = {name: node.attr(name) for name in node.attrs}
+    attrs.update(changes)
+    return attrs
 
 
 def merge_output(b, node: Node, out):
@@ -124,7 +130,8 @@ def _projected(b, node: Node):
     return out
 
 
-def _split(b, x, heads: int, size: int):
+def split_heads(b, x, heads: int, size: int):
+    """``[B, S, H*D]`` → ``[B, H, S, D]`` (Reshape + Transpose), shapes annotated."""
     y = b.op("Reshape", x, b.const(np.array([0, 0, heads, size], np.int64), "split_heads"))
     t = b.op("Transpose", y, perm=[0, 2, 1, 3])
     if x.shape is not None and len(x.shape) == 3:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from onnxopt.match.pattern import Builder, Match
 from onnxopt.normalize import symdim as sd
+from onnxopt.ops.attention import attributes_with
 from onnxopt.rules.base import FUSED_DOMAIN, RewriteBuilder, Rule
 
 HEAD_PERM = (0, 2, 1, 3)
@@ -31,12 +32,6 @@ def _split(p: Builder, name: str):
     return p.Transpose(p.Reshape(p.var(f"{name}_bsh", rank=3), p.var(f"{name}_split_shape"),
                                  name=f"{name}_reshape"),
                        attrs={"perm": HEAD_PERM}, name=f"{name}_split")
-
-
-def _copy_attrs(node, **changes) -> dict:
-    attrs = {name: node.attr(name) for name in node.attrs}
-    attrs.update(changes)
-    return attrs
 
 
 def _splits_heads(x, y, what: str) -> str | None:
@@ -74,7 +69,7 @@ class AttentionInputLayout(Rule):
     def rewrite(self, b: RewriteBuilder, m: Match):
         node = m.attention
         v_head = m.v_reshape.output.shape[3]
-        attrs = _copy_attrs(node, layout="BSH",
+        attrs = attributes_with(node, layout="BSH",
                             v_head_size=v_head if isinstance(v_head, int) else 0)
         out = b.fused("AttentionFused", m.q_bsh, m.k_bsh, m.v_bsh, *node.inputs[3:], **attrs)
         return out
@@ -111,7 +106,7 @@ class AttentionOutputLayout(Rule):
     def rewrite(self, b: RewriteBuilder, m: Match):
         node = m.attention
         dv = m.merge.output.shape[3]
-        attrs = _copy_attrs(node, output_layout="BSH",
+        attrs = attributes_with(node, output_layout="BSH",
                             v_head_size=dv if isinstance(dv, int) else node.attr("v_head_size", 0))
         return b.fused("AttentionFused", *node.inputs, **attrs)
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from onnxopt.match.pattern import Builder, Match
 from onnxopt.normalize import symdim as sd
+from onnxopt.ops.attention import attributes_with
 from onnxopt.rules.base import FUSED_DOMAIN, RewriteBuilder, Rule
 
 
@@ -52,10 +53,9 @@ class AttentionProjections(Rule):
 
     def rewrite(self, b: RewriteBuilder, m: Match):
         node = m.attention
-        attrs = {name: node.attr(name) for name in node.attrs}
-        attrs["projections"] = 1
         return b.fused("AttentionFused", m.q_x, m.k_x, m.v_x, node.input(3), node.input(4),
-                       m.q_weight, m.k_weight, m.v_weight, m.q_bias, m.k_bias, m.v_bias, **attrs)
+                       m.q_weight, m.k_weight, m.v_weight, m.q_bias, m.k_bias, m.v_bias,
+                       **attributes_with(node, projections=1))
 
     def describe(self, m: Match) -> str:
         biased = sum(getattr(m, f"{n}_bias") is not None for n in "qkv")

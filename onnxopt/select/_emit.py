@@ -46,8 +46,9 @@ def merge_heads(b, x: Value, heads: int, head_size: int) -> Value:
 def split_heads(b, x: Value, heads: int, head_size: int) -> Value:
     """``[B, S, H*D]`` → ``[B, H, S, D]`` (the model usually merges them right back; the
     cleanup pass and ONNX Runtime cancel the Transpose pair)."""
-    y = b.op("Reshape", x, i64(b, [0, 0, heads, head_size], "split_heads"))
-    return b.op("Transpose", y, perm=list(BNSH_TO_BSNH))
+    from onnxopt.ops.attention import split_heads as split
+
+    return split(b, x, heads, head_size)
 
 
 def zero_nan(b, x: Value, dtype: str | None) -> Value:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from onnxopt.ir.edit import replace_value
+from onnxopt.ir.edit import remove_if_dead, replace_value
 from onnxopt.ir.model import Model
 from onnxopt.ir.node import Node
 from onnxopt.legality.target import Target
@@ -38,8 +38,7 @@ def bind(model: Model, node: Node, kernel: Kernel, target: Target) -> list[Node]
             alias = b.op("Identity", new)
             alias.dtype, alias.shape = old.dtype, old.shape
             replace_value(graph, old, alias)
-    if not any(o.num_uses or o in graph.output_set() for o in node.outputs):
-        graph.remove(node)
+    remove_if_dead(graph, node)
     for domain, version in kernel.opsets.items():
         model.require_opset(domain, version)
     return b.nodes
