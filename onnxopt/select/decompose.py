@@ -32,12 +32,20 @@ def _emit(op_name: str):
 
 def _emit_attention_lean(b, node, target):
     q, k, v = node.inputs[:3]
-    dtype = q.dtype or "float32"
-    mask = node.input(3)
+    out = lean_attention(b, node, q, k, v, node.input(3))
+    if node.attr("nan_to_zero", 0):
+        out = zero_nan(b, out, q.dtype or "float32")
+    return [out]
+
+
+def lean_attention(b, node, q, k, v, mask):
+    """``softmax(Q·Kᵀ·scale + mask)·V`` for ``node``'s heads and scale, on the given tensors
+    (the whole node's, or a block of its queries); without the NaN guard."""
+    dtype = node.inputs[0].dtype or "float32"
     heads = node.attr("num_heads", 0)
     kv_heads = node.attr("kv_num_heads", heads) or heads
     scale = float(node.attr("scale", 1.0))
-    grouped = q.rank == 4 and heads and kv_heads != heads
+    grouped = node.inputs[0].rank == 4 and heads and kv_heads != heads
     if grouped:  # [B, H, S, D] -> [B, Hkv, n_rep*S, D]: query heads sharing a kv head, stacked
         q = b.op("Reshape", q, i64(b, [0, kv_heads, -1, 0], "group"))
     scores = b.op("MatMul", q, k)
@@ -54,9 +62,7 @@ def _emit_attention_lean(b, node, target):
     out = b.op("MatMul", probs, v)
     if grouped:
         out = b.op("Reshape", out, i64(b, [0, heads, -1, 0], "ungroup"))
-    if node.attr("nan_to_zero", 0):
-        out = zero_nan(b, out, dtype)
-    return [out]
+    return out
 
 
 def _lean_changes_something(node, target) -> str | None:

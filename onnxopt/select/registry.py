@@ -15,7 +15,7 @@ from onnxopt.select.kernel import Kernel
 # One kernel family per module; importing a module registers its loader.
 BUILTIN_BACKENDS = ("onnxopt.select.ort_attention", "onnxopt.select.ort_norms",
                     "onnxopt.select.ort_activations", "onnxopt.select.ort_rotary",
-                    "onnxopt.select.pycuda_kernels")
+                    "onnxopt.select.causal_blocks", "onnxopt.select.pycuda_kernels")
 
 _LOADERS: list = []
 

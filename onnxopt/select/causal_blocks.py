@@ -1,0 +1,148 @@
+"""Causal attention in query blocks: the masked half of the work is never computed.
+
+A causal mask hides every key after the query's own position, yet the plain
+decomposition multiplies all of Q·Kᵀ, runs Softmax over whole rows and multiplies
+all of P·V — half of that work lands on masked entries. Splitting the queries
+into ``BLOCKS`` equal blocks and giving block ``i`` only the keys up to its last
+row (plus the ``Skv - Sq`` offset of a cache) computes ``(1 + 2 + … + n) / n²``
+of it: 10/16 for four blocks. Measured on one CPU thread (ONNX Runtime 1.31,
+[1, 8, 512, 64]): the attention core 1.4x faster; at 128 positions the gain is
+within noise, hence the ``MIN_SEQUENCE`` threshold.
+
+Exactness. A key the mask hides carries an additive value at or below -1e4
+(``legality.mask`` proves that when it classifies the mask causal), so its
+``exp`` underflows to exactly 0 in any row that has a visible key, and dropping
+it changes nothing. A row whose every key is hidden (left padding) is different:
+its Softmax spreads over the *whole* row — uniform with a float-minimum mask,
+NaN with ``-inf`` — which the block cannot reproduce. With a causal mask plus key
+padding such a row exists exactly when some sequence pads its first key (key 0
+is visible to every query row otherwise), and with fewer keys than queries. So
+the emitted ``If`` takes the blocks only when every sequence keeps key 0,
+``Skv ≥ Sq`` and ``Sq ≥ MIN_SEQUENCE``; otherwise it runs the lean decomposition
+of the whole node, exactly as before.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from onnx import AttributeProto, TensorProto
+
+from onnxopt.ir.dtypes import numpy_dtype
+from onnxopt.ir.graph import Graph
+from onnxopt.ir.node import Attr, Node
+from onnxopt.ir.value import Value
+from onnxopt.rules.base import RewriteBuilder
+from onnxopt.select._emit import i64, zero_nan
+from onnxopt.select.decompose import lean_attention
+from onnxopt.select.kernel import CPU, Kernel
+from onnxopt.select.registry import register_loader
+
+BLOCKS = 4
+MIN_SEQUENCE = 256
+INT64_MAX = (1 << 63) - 1
+
+
+def _requires(node: Node, target) -> str | None:
+    if not node.attr("causal", 0):
+        return "needs a mask proved causal"
+    q, k, v = node.inputs[:3]
+    if any(x.rank != 4 for x in (q, k, v)):
+        return "needs rank-4 Q, K and V in BNSH layout"
+    mask = node.input(3)
+    if mask is None or mask.rank is None or mask.rank < 2:
+        return "needs the additive mask as an input of rank 2 or more"
+    return None
+
+
+def _emit(b: RewriteBuilder, node: Node, target) -> list[Value]:
+    q, k, v = node.inputs[:3]
+    mask, padding = node.input(3), node.input(4)
+    dtype = q.dtype or "float32"
+    sq = b.op("Slice", b.op("Shape", q), i64(b, [-2], "seq_axis"), i64(b, [-1], "seq_end"))
+    skv = b.op("Slice", b.op("Shape", k), i64(b, [-2], "seq_axis"), i64(b, [-1], "seq_end"))
+    take_blocks = b.op("And", b.op("Not", b.op("Less", sq, i64(b, [MIN_SEQUENCE], "min_seq"))),
+                       b.op("Not", b.op("Less", skv, sq)))
+    if padding is not None:
+        take_blocks = b.op("And", take_blocks, _keeps_first_key(b, padding))
+
+    blocks = _branch(b, "causal_blocks")
+    out = _blocked(blocks, node, q, k, v, mask, sq, skv)
+    if node.attr("nan_to_zero", 0):
+        out = zero_nan(blocks, out, dtype)
+    blocks.graph.set_outputs([out])
+
+    whole = _branch(b, "whole_rows")
+    out = lean_attention(whole, node, q, k, v, mask)
+    if node.attr("nan_to_zero", 0):
+        out = zero_nan(whole, out, dtype)
+    whole.graph.set_outputs([out])
+
+    result = b.op("If", take_blocks, then_branch=Attr(AttributeProto.GRAPH, blocks.graph),
+                  else_branch=Attr(AttributeProto.GRAPH, whole.graph))
+    blocks.graph.parent = whole.graph.parent = result.producer
+    result.dtype = dtype
+    return [result]
+
+
+def _keeps_first_key(b: RewriteBuilder, padding: Value) -> Value:
+    """True when no sequence pads key 0 (``padding`` is ``[B, Skv]``, nonzero = keep)."""
+    first = b.op("Slice", padding, i64(b, [0], "zero"), i64(b, [1], "one"), i64(b, [1], "key_axis"))
+    zero = b.const(_zero_like(padding.dtype), "zero_key")
+    padded = b.op("Cast", b.op("Equal", first, zero), to=TensorProto.INT32)
+    return b.op("Equal", b.op("ReduceMax", padded, keepdims=0), b.const(_zero_like("int32"), "zero"))
+
+
+def _branch(b: RewriteBuilder, name: str) -> RewriteBuilder:
+    graph = Graph(b.graph.names.fresh(f"{b.created_by}/{name}"), names=b.graph.names)
+    branch = RewriteBuilder(graph, None, b.created_by)
+    branch.opset = getattr(b, "opset", None)
+    return branch
+
+
+def _blocked(b: RewriteBuilder, node: Node, q, k, v, mask, sq, skv) -> Value:
+    """The queries in ``BLOCKS`` row blocks, each against the keys up to its last row."""
+    offset = b.op("Sub", skv, sq)  # a cache's keys precede the queries (bottom-right diagonal)
+    ends = [b.op("Div", b.op("Mul", sq, i64(b, [i], "block")), i64(b, [BLOCKS], "blocks"))
+            for i in range(1, BLOCKS)]
+    starts = [i64(b, [0], "zero"), *ends]
+    outs = []
+    for i, start in enumerate(starts):
+        last = i == BLOCKS - 1
+        row_end = i64(b, [INT64_MAX], "to_end") if last else ends[i]
+        q_block = b.op("Slice", q, start, row_end, i64(b, [-2], "seq_axis"))
+        q_block.dtype, q_block.shape = q.dtype, _rows_unknown(q.shape)
+        if last:  # the last block sees every key: no copy of K and V
+            k_block, v_block = k, v
+            m_block = b.op("Slice", mask, start, row_end, i64(b, [-2], "row_axis"))
+        else:
+            key_end = b.op("Add", ends[i], offset)
+            k_block = b.op("Slice", k, i64(b, [0], "zero"), key_end, i64(b, [-2], "seq_axis"))
+            v_block = b.op("Slice", v, i64(b, [0], "zero"), key_end, i64(b, [-2], "seq_axis"))
+            for block, whole in ((k_block, k), (v_block, v)):
+                block.dtype, block.shape = whole.dtype, _rows_unknown(whole.shape)
+            m_block = b.op("Slice", mask, b.op("Concat", start, i64(b, [0], "zero"), axis=0),
+                           b.op("Concat", ends[i], key_end, axis=0), i64(b, [-2, -1], "mask_axes"))
+        outs.append(lean_attention(b, node, q_block, k_block, v_block, m_block))
+    return b.op("Concat", *outs, axis=-2)
+
+
+def _rows_unknown(shape):
+    """``shape`` with its sequence axis (-2) unknown: the shape of a block of its rows."""
+    return None if shape is None else (*shape[:-2], None, shape[-1])
+
+
+def _zero_like(dtype: str | None) -> np.ndarray:
+    return np.zeros([], numpy_dtype(dtype or "int64"))
+
+
+def causal_block_kernels() -> list[Kernel]:
+    return [Kernel(
+        name="decompose.AttentionFused.causal_blocks", implements="AttentionFused",
+        backend="decompose", emit=_emit, providers=CPU, min_opset=13, requires=_requires,
+        cost=0.9,
+        notes=f"causal attention in {BLOCKS} query blocks, masked keys skipped (If: at least "
+              f"{MIN_SEQUENCE} queries and no sequence padding its first key; else the lean "
+              "decomposition)")]
+
+
+register_loader(causal_block_kernels)

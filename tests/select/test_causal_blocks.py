@@ -1,0 +1,161 @@
+"""decompose.AttentionFused.causal_blocks: causal attention in query blocks, exact everywhere.
+
+The blocks run only where they are exact (at least MIN_SEQUENCE queries, no sequence padding
+its first key, no fewer keys than queries); elsewhere the If runs the lean decomposition.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+
+from onnxopt.options import OptimizeOptions
+from onnxopt.select.causal_blocks import MIN_SEQUENCE
+
+KERNEL = "decompose.AttentionFused.causal_blocks"
+MIN = np.finfo(np.float32).min
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def causal_attention(heads=4, kv_heads=4, nan_to_zero=0, padding=True, sk="S", kind=None):
+    kind = kind or ("causal+key_padding" if padding else "causal")
+    extra = ", int64[B,T] am" if padding else ""
+    return f"""
+    g (float[B,{heads},S,8] q, float[B,{kv_heads},{sk},8] k, float[B,{kv_heads},{sk},8] v,
+       float[B,1,S,{sk}] m{extra}) => (float[B,{heads},S,8] o) {{
+      o = ai.onnxopt.AttentionFused <num_heads={heads}, kv_num_heads={kv_heads}, scale=0.35,
+            head_size=8, nan_to_zero={nan_to_zero}, causal=1, mask_kind="{kind}">
+            (q, k, v, m{", am" if padding else ""})
+    }}"""
+
+
+def feeds(b, sq, sk=None, heads=4, kv_heads=4, pad="none", fill=MIN, causal=True, seed=0):
+    """Q/K/V and the additive mask a model would build: causal (bottom-right) plus padding."""
+    rng = np.random.default_rng(seed)
+    sk = sk or sq
+    keep = np.ones((b, sk), np.int64)
+    if pad == "right":
+        keep[1:, sk - sk // 5:] = 0
+    elif pad == "left":
+        keep[1:, : sk // 5] = 0  # the first rows of those sequences see no key at all
+    hidden = np.zeros((sq, sk), bool)
+    if causal:
+        hidden = np.arange(sk)[None, :] > np.arange(sq)[:, None] + (sk - sq)
+    masked = hidden[None, None] | (keep[:, None, None, :] == 0)
+    return {"q": rng.standard_normal((b, heads, sq, 8)).astype(np.float32),
+            "k": rng.standard_normal((b, kv_heads, sk, 8)).astype(np.float32),
+            "v": rng.standard_normal((b, kv_heads, sk, 8)).astype(np.float32),
+            "m": np.where(masked, fill, 0).astype(np.float32), "am": keep}
+
+
+@pytest.mark.parametrize("pad", ["none", "right", "left"])
+@pytest.mark.parametrize("seq", [7, MIN_SEQUENCE + 44])
+def test_matches_the_decomposition(check_kernel, pad, seq):
+    check_kernel(causal_attention(), KERNEL, feeds(2, seq, pad=pad))
+
+
+@pytest.mark.parametrize("fill", [-np.inf, MIN])
+@pytest.mark.parametrize("pad", ["right", "left"])
+def test_grouped_heads_and_nan_guard(check_kernel, fill, pad):
+    text = causal_attention(heads=4, kv_heads=2, nan_to_zero=1)
+    check_kernel(text, KERNEL, feeds(2, MIN_SEQUENCE + 3, kv_heads=2, pad=pad, fill=fill))
+
+
+def test_keys_of_a_cache_precede_the_queries(check_kernel):
+    text = causal_attention(sk="T")
+    check_kernel(text, KERNEL, feeds(2, MIN_SEQUENCE + 1, sk=MIN_SEQUENCE + 40, pad="right"))
+    check_kernel(text, KERNEL, feeds(2, MIN_SEQUENCE + 1, sk=MIN_SEQUENCE - 9))  # fewer keys
+
+
+def test_without_key_padding(check_kernel):
+    f = feeds(1, 2 * MIN_SEQUENCE)
+    del f["am"]
+    check_kernel(causal_attention(padding=False), KERNEL, f)
+
+
+def test_emits_an_if_with_four_blocks(bind_text):
+    bound = bind_text(causal_attention(), KERNEL)
+    (node,) = [n for n in bound.proto.graph.node if n.op_type == "If"]
+    branches = {a.name: a.g for a in node.attribute}
+    assert [n.op_type for n in branches["then_branch"].node].count("Softmax") == 4
+    assert [n.op_type for n in branches["else_branch"].node].count("Softmax") == 1
+
+
+@pytest.mark.parametrize(("seq", "pad", "blocks"), [
+    (MIN_SEQUENCE, "none", True), (MIN_SEQUENCE, "right", True),
+    (MIN_SEQUENCE - 1, "none", False), (MIN_SEQUENCE, "left", False)])
+def test_takes_the_blocks_only_where_exact(bind_text, rel_err, seq, pad, blocks):
+    """Fed a mask that hides nothing, the blocks (which skip keys after the diagonal) and the
+    whole rows disagree — which shows the branch the If took."""
+    bound = bind_text(causal_attention(), KERNEL)
+    whole = bind_text(causal_attention(), "decompose.AttentionFused")
+    f = feeds(2, seq, pad=pad, causal=False)
+    err = rel_err(bound.run(f)[0], whole.run(f)[0])
+    assert (err > 1e-3) == blocks, err
+
+
+def test_rejections_say_why(bind_text, registry):
+    plain = """
+    g (float[B,4,S,8] q, float[B,4,S,8] k, float[B,4,S,8] v, float[B,1,S,S] m) => (float[B,4,S,8] o) {
+      o = ai.onnxopt.AttentionFused <num_heads=4, kv_num_heads=4, scale=0.35, head_size=8,
+            mask_kind="additive"> (q, k, v, m)
+    }"""
+    reason = _reason(bind_text(plain, registry=registry))
+    assert reason == "needs a mask proved causal"
+    single_head = """
+    g (float[B,S,8] q, float[B,S,8] k, float[B,S,8] v, float[B,S,S] m) => (float[B,S,8] o) {
+      o = ai.onnxopt.AttentionFused <num_heads=1, kv_num_heads=1, scale=0.35, head_size=8,
+            causal=1, mask_kind="causal"> (q, k, v, m)
+    }"""
+    assert _reason(bind_text(single_head, registry=registry)) == \
+        "needs rank-4 Q, K and V in BNSH layout"
+    cuda = bind_text(causal_attention(), registry=registry,
+                     options=OptimizeOptions(target="cuda"))
+    assert _reason(cuda) == "runs only on CPU"
+
+
+def _reason(bound) -> str:
+    return dict((k.name, r) for k, r in bound.report.selections[0].rejected)[KERNEL]
+
+
+@pytest.mark.parametrize("name", ["llama.ts.onnx", "llama.dynamo.onnx", "qwen2.dynamo.onnx"])
+def test_exported_decoders_at_long_sequences(name, tmp_path):
+    """Real exports (rotary positions, so longer than their 128-position configs allow
+    elsewhere): chosen for every attention block, and equal to the original in ONNX Runtime
+    with the blocks taken (right padding) and not (left padding)."""
+    import onnxruntime as ort
+
+    from onnxopt.exporter import save_model
+    from onnxopt.pipeline import run_pipeline
+
+    result = run_pipeline(str(ROOT / "models" / name), OptimizeOptions(target="cpu"))
+    chosen = [s.chosen.name for s in result.report.stages["select"].selections
+              if s.op == "AttentionFused"]
+    assert chosen and set(chosen) == {KERNEL}
+    out = tmp_path / "opt.onnx"
+    save_model(result.proto, result.external, str(out))
+    onnx.checker.check_model(str(out))
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    a, b = (ort.InferenceSession(str(p), so, providers=["CPUExecutionProvider"])
+            for p in (ROOT / "models" / name, out))
+    rng = np.random.default_rng(1)
+    seq = MIN_SEQUENCE + 50
+    for pad in ("right", "left"):
+        f = {}
+        for i in a.get_inputs():
+            if i.name == "attention_mask":
+                m = np.ones((2, seq), np.int64)
+                m[1, -40:] = 0 if pad == "right" else 1
+                if pad == "left":
+                    m[1, :40] = 0
+                f[i.name] = m
+            elif i.name == "position_ids":
+                f[i.name] = np.tile(np.arange(seq), (2, 1))
+            else:
+                f[i.name] = rng.integers(2, 1000, (2, seq)).astype(np.int64)
+        for x, y in zip(a.run(None, f), b.run(None, f)):
+            assert np.abs(x - y).max() / max(1.0, np.abs(x).max()) < 1e-4
