@@ -118,7 +118,7 @@ def test_rejections_say_why(bind_text, registry):
 
 
 def _reason(bound) -> str:
-    return dict((k.name, r) for k, r in bound.report.selections[0].rejected)[KERNEL]
+    return {k.name: r for k, r in bound.report.selections[0].rejected}[KERNEL]
 
 
 @pytest.mark.parametrize("name", ["llama.ts.onnx", "llama.dynamo.onnx", "qwen2.dynamo.onnx"])
