@@ -150,4 +150,6 @@ def print_verify(report: VerifyReport) -> None:
     out.print(table)
     shapes = "; ".join(", ".join(f"{k}{list(v)}" for k, v in run.items()) for run in report.runs)
     out.print(f"runs: {shapes}")
+    if report.long_run_skipped:
+        out.print(f"long-sequence run skipped: {report.long_run_skipped}")
     out.print("verify: " + ("ok" if report.ok else "FAILED"))

@@ -1,7 +1,9 @@
 """Compare two models output by output on the same random inputs.
 
 Both models run in ONNX Runtime (CPU, one thread, so runs are repeatable) on
-several size sets. For each output the report gives the largest absolute
+several size sets, then once more at a long sequence (``LONG_SEQUENCE``, where
+kernels that branch on the length — causal attention in query blocks — take
+their other path) when the original model accepts that length. For each output the report gives the largest absolute
 error and the error relative to the output's magnitude; a float32 output
 passes under 1e-4 relative, float16/bfloat16 under 2e-2, integers and
 booleans only when equal.
@@ -16,7 +18,7 @@ import numpy as np
 from onnx import ModelProto
 
 from onnxopt.errors import ModelError, UsageError
-from onnxopt.verification.inputs import make_inputs, size_sets
+from onnxopt.verification.inputs import LONG_SEQUENCE, make_inputs, size_sets
 
 TOLERANCE = {"float32": 1e-4, "float64": 1e-7, "float16": 2e-2, "bfloat16": 5e-2}
 
@@ -39,6 +41,7 @@ class OutputDiff:
 class VerifyReport:
     outputs: list[OutputDiff] = field(default_factory=list)
     runs: list[dict[str, tuple[int, ...]]] = field(default_factory=list)
+    long_run_skipped: str | None = None  # why the long-sequence run did not happen
 
     @property
     def ok(self) -> bool:
@@ -53,14 +56,17 @@ class VerifyReport:
             "ok": self.ok,
             "bitwise": self.bitwise,
             "runs": [{k: list(v) for k, v in r.items()} for r in self.runs],
+            "long_run_skipped": self.long_run_skipped,
             "outputs": [o.__dict__ | {"ok": o.ok} for o in self.outputs],
         }
 
 
 def verify_models(original: str | ModelProto, optimized: str | ModelProto, *, runs: int = 2,
                   seed: int = 0, rtol: float | None = None,
-                  providers: list[str] | None = None) -> VerifyReport:
-    """Run both models on ``runs`` random size sets and compare every output."""
+                  providers: list[str] | None = None,
+                  long_sequence: int | None = LONG_SEQUENCE) -> VerifyReport:
+    """Run both models on ``runs`` random size sets, then at ``long_sequence`` (when the
+    original accepts it; None: never), and compare every output."""
     ref_proto = _proto(original)
     sess_a = make_session(original, providers)
     sess_b = make_session(optimized, providers)
@@ -85,7 +91,26 @@ def verify_models(original: str | ModelProto, optimized: str | ModelProto, *, ru
         out_b = sess_b.run(None, feeds)
         for name, a, b in zip(names_a, out_a, out_b):
             _accumulate(diffs[name], np.asarray(a), np.asarray(b))
+    if long_sequence:
+        report.long_run_skipped = _long_run(report, diffs, sess_a, sess_b, names_a, ref_proto,
+                                            long_sequence, seed + runs)
     return report
+
+
+def _long_run(report, diffs, sess_a, sess_b, names, ref_proto, seq: int, seed: int) -> str | None:
+    """One run at sequence length ``seq``; the reason it was skipped, or None."""
+    feeds = make_inputs(ref_proto, {"batch": 2, "other": seq}, seed=seed)
+    shapes = {n: tuple(a.shape) for n, a in feeds.items()}
+    if shapes in report.runs:
+        return "the model has no sequence dimension"
+    try:
+        out_a = sess_a.run(None, feeds)
+    except Exception as e:  # noqa: BLE001 - a model built for shorter inputs (position tables)
+        return f"the original does not run at sequence {seq}: {_first_line(e)}"
+    report.runs.append(shapes)
+    for name, a, b in zip(names, out_a, sess_b.run(None, feeds)):
+        _accumulate(diffs[name], np.asarray(a), np.asarray(b))
+    return None
 
 
 def compute_tolerance(model: ModelProto) -> float:

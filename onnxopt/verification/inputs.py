@@ -18,6 +18,7 @@ from onnxopt.ir.dtypes import dtype_name, numpy_dtype
 
 BATCH_SIZES = (1, 2)
 SEQ_SIZES = (7, 16, 29)
+LONG_SEQUENCE = 300  # past the length where length-dependent kernels switch (causal blocks: 256)
 _PASS_THROUGH = {"Cast", "Unsqueeze", "Squeeze", "Reshape", "Flatten", "Identity", "Expand"}
 
 
