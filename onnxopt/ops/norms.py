@@ -33,9 +33,15 @@ def builder_opset(b) -> int:
 
 def reduce_mean_last(b, x):
     """ReduceMean over the last axis, keepdims, spelled for the builder's opset."""
+    return reduce_last(b, "ReduceMean", x)
+
+
+def reduce_last(b, op_type: str, x):
+    """``op_type`` (a Reduce op) over the last axis, keepdims, spelled for the builder's opset
+    (axes an attribute before 18, an input from 18)."""
     if builder_opset(b) >= 18:
-        return b.op("ReduceMean", x, b.const(np.array([-1], np.int64), "axes"), keepdims=1)
-    return b.op("ReduceMean", x, axes=[-1], keepdims=1)
+        return b.op(op_type, x, b.const(np.array([-1], np.int64), "axes"), keepdims=1)
+    return b.op(op_type, x, axes=[-1], keepdims=1)
 
 
 def scalar(b, value: float, dtype: str | None, hint: str):

@@ -12,25 +12,26 @@ within noise, hence the ``MIN_SEQUENCE`` threshold.
 Exactness. A key the mask hides carries an additive value at or below -1e4
 (``legality.mask`` proves that when it classifies the mask causal), so its
 ``exp`` underflows to exactly 0 in any row that has a visible key, and dropping
-it changes nothing. A row whose every key is hidden (left padding) is different:
-its Softmax spreads over the *whole* row — uniform with a float-minimum mask,
-NaN with ``-inf`` — which the block cannot reproduce. With a causal mask plus key
-padding such a row exists exactly when some sequence pads its first key (key 0
-is visible to every query row otherwise), and with fewer keys than queries. So
-the emitted ``If`` takes the blocks only when every sequence keeps key 0,
-``Skv ≥ Sq`` and ``Sq ≥ MIN_SEQUENCE``; otherwise it runs the lean decomposition
-of the whole node, exactly as before.
+it changes nothing. A row whose every key is hidden (left padding; a sliding
+window over padding) is different: its Softmax spreads over the *whole* row —
+uniform with a float-minimum mask, NaN with ``-inf`` — which a block cannot
+reproduce. So the emitted ``If`` takes the blocks only when every row of the
+mask has a visible key (one reduction over the mask, which broadcasts over
+heads and is shared by all layers), ``Skv ≥ Sq`` and ``Sq ≥ MIN_SEQUENCE``;
+otherwise it runs the lean decomposition of the whole node, exactly as before.
 """
 
 from __future__ import annotations
 
 import numpy as np
-from onnx import AttributeProto, TensorProto
+from onnx import AttributeProto
 
 from onnxopt.ir.dtypes import numpy_dtype
 from onnxopt.ir.graph import Graph
 from onnxopt.ir.node import Attr, Node
 from onnxopt.ir.value import Value
+from onnxopt.legality.mask import MASKED
+from onnxopt.ops.norms import reduce_last
 from onnxopt.rules.base import RewriteBuilder
 from onnxopt.select._emit import i64, zero_nan
 from onnxopt.select.decompose import lean_attention
@@ -56,14 +57,13 @@ def _requires(node: Node, target) -> str | None:
 
 def _emit(b: RewriteBuilder, node: Node, target) -> list[Value]:
     q, k, v = node.inputs[:3]
-    mask, padding = node.input(3), node.input(4)
+    mask = node.input(3)
     dtype = q.dtype or "float32"
     sq = b.op("Slice", b.op("Shape", q), i64(b, [-2], "seq_axis"), i64(b, [-1], "seq_end"))
     skv = b.op("Slice", b.op("Shape", k), i64(b, [-2], "seq_axis"), i64(b, [-1], "seq_end"))
     take_blocks = b.op("And", b.op("Not", b.op("Less", sq, i64(b, [MIN_SEQUENCE], "min_seq"))),
                        b.op("Not", b.op("Less", skv, sq)))
-    if padding is not None:
-        take_blocks = b.op("And", take_blocks, _keeps_first_key(b, padding))
+    take_blocks = b.op("And", take_blocks, _every_row_sees_a_key(b, mask))
 
     blocks = _branch(b, "causal_blocks")
     out = _blocked(blocks, node, q, k, v, mask, sq, skv)
@@ -84,12 +84,11 @@ def _emit(b: RewriteBuilder, node: Node, target) -> list[Value]:
     return [result]
 
 
-def _keeps_first_key(b: RewriteBuilder, padding: Value) -> Value:
-    """True when no sequence pads key 0 (``padding`` is ``[B, Skv]``, nonzero = keep)."""
-    first = b.op("Slice", padding, i64(b, [0], "zero"), i64(b, [1], "one"), i64(b, [1], "key_axis"))
-    zero = b.const(_zero_like(padding.dtype), "zero_key")
-    padded = b.op("Cast", b.op("Equal", first, zero), to=TensorProto.INT32)
-    return b.op("Equal", b.op("ReduceMax", padded, keepdims=0), b.const(_zero_like("int32"), "zero"))
+def _every_row_sees_a_key(b: RewriteBuilder, mask: Value) -> Value:
+    """True when every row of the additive mask has an entry above the masking range."""
+    lowest_row_max = b.op("ReduceMin", reduce_last(b, "ReduceMax", mask), keepdims=0)
+    return b.op("Greater", lowest_row_max,
+                b.const(np.array(MASKED, numpy_dtype(mask.dtype or "float32")), "masked"))
 
 
 def _branch(b: RewriteBuilder, name: str) -> RewriteBuilder:
@@ -131,17 +130,13 @@ def _rows_unknown(shape):
     return None if shape is None else (*shape[:-2], None, shape[-1])
 
 
-def _zero_like(dtype: str | None) -> np.ndarray:
-    return np.zeros([], numpy_dtype(dtype or "int64"))
-
-
 def causal_block_kernels() -> list[Kernel]:
     return [Kernel(
         name="decompose.AttentionFused.causal_blocks", implements="AttentionFused",
         backend="decompose", emit=_emit, providers=CPU, min_opset=13, requires=_requires,
         cost=0.9,
         notes=f"causal attention in {BLOCKS} query blocks, masked keys skipped (If: at least "
-              f"{MIN_SEQUENCE} queries and no sequence padding its first key; else the lean "
+              f"{MIN_SEQUENCE} queries and a visible key in every mask row; else the lean "
               "decomposition)")]
 
 

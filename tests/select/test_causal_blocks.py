@@ -1,7 +1,7 @@
 """decompose.AttentionFused.causal_blocks: causal attention in query blocks, exact everywhere.
 
-The blocks run only where they are exact (at least MIN_SEQUENCE queries, no sequence padding
-its first key, no fewer keys than queries); elsewhere the If runs the lean decomposition.
+The blocks run only where they are exact (at least MIN_SEQUENCE queries, a visible key in
+every mask row, no fewer keys than queries); elsewhere the If runs the lean decomposition.
 """
 
 from __future__ import annotations
@@ -32,7 +32,8 @@ def causal_attention(heads=4, kv_heads=4, nan_to_zero=0, padding=True, sk="S", k
     }}"""
 
 
-def feeds(b, sq, sk=None, heads=4, kv_heads=4, pad="none", fill=MIN, causal=True, seed=0):
+def feeds(b, sq, sk=None, heads=4, kv_heads=4, pad="none", fill=MIN, causal=True, seed=0,
+          hidden_row=None):
     """Q/K/V and the additive mask a model would build: causal (bottom-right) plus padding."""
     rng = np.random.default_rng(seed)
     sk = sk or sq
@@ -45,6 +46,8 @@ def feeds(b, sq, sk=None, heads=4, kv_heads=4, pad="none", fill=MIN, causal=True
     if causal:
         hidden = np.arange(sk)[None, :] > np.arange(sq)[:, None] + (sk - sq)
     masked = hidden[None, None] | (keep[:, None, None, :] == 0)
+    if hidden_row is not None:  # a row that sees no key though key 0 is kept (a window)
+        masked[-1, :, hidden_row, :] = True
     return {"q": rng.standard_normal((b, heads, sq, 8)).astype(np.float32),
             "k": rng.standard_normal((b, kv_heads, sk, 8)).astype(np.float32),
             "v": rng.standard_normal((b, kv_heads, sk, 8)).astype(np.float32),
@@ -84,17 +87,31 @@ def test_emits_an_if_with_four_blocks(bind_text):
     assert [n.op_type for n in branches["else_branch"].node].count("Softmax") == 1
 
 
-@pytest.mark.parametrize(("seq", "pad", "blocks"), [
-    (MIN_SEQUENCE, "none", True), (MIN_SEQUENCE, "right", True),
-    (MIN_SEQUENCE - 1, "none", False), (MIN_SEQUENCE, "left", False)])
-def test_takes_the_blocks_only_where_exact(bind_text, rel_err, seq, pad, blocks):
-    """Fed a mask that hides nothing, the blocks (which skip keys after the diagonal) and the
-    whole rows disagree — which shows the branch the If took."""
+@pytest.mark.parametrize("fill", [-np.inf, MIN])
+def test_a_row_without_visible_keys_while_key_0_is_kept(check_kernel, fill):
+    check_kernel(causal_attention(), KERNEL, feeds(2, MIN_SEQUENCE + 8, fill=fill, hidden_row=200))
+
+
+@pytest.mark.parametrize(("seq", "pad", "hidden_row", "blocks"), [
+    (MIN_SEQUENCE, "none", None, True), (MIN_SEQUENCE, "right", None, True),
+    (MIN_SEQUENCE - 1, "none", None, False), (MIN_SEQUENCE, "none", 100, False)])
+def test_takes_the_blocks_only_where_exact(bind_text, rel_err, seq, pad, hidden_row, blocks):
+    """Fed a mask that hides nothing after the diagonal, the blocks (which skip those keys)
+    and the whole rows disagree — which shows the branch the If took."""
     bound = bind_text(causal_attention(), KERNEL)
     whole = bind_text(causal_attention(), "decompose.AttentionFused")
-    f = feeds(2, seq, pad=pad, causal=False)
+    f = feeds(2, seq, pad=pad, causal=False, hidden_row=hidden_row)
     err = rel_err(bound.run(f)[0], whole.run(f)[0])
     assert (err > 1e-3) == blocks, err
+
+
+def test_left_padding_runs_whole_rows(bind_text, rel_err):
+    """Left padding leaves the first rows with no visible key; with a float-minimum mask the
+    whole-row Softmax spreads them over every key, which blocks would not (they would differ)."""
+    bound = bind_text(causal_attention(), KERNEL)
+    whole = bind_text(causal_attention(), "decompose.AttentionFused")
+    f = feeds(2, MIN_SEQUENCE + 10, pad="left")
+    assert rel_err(bound.run(f)[0], whole.run(f)[0]) == 0.0
 
 
 def test_rejections_say_why(bind_text, registry):
