@@ -7,6 +7,7 @@ from onnxopt.legality.target import make_target
 from onnxopt.match.driver import FusionReport, fuse
 from onnxopt.options import OptimizeOptions
 from onnxopt.rules import all_rules
+from onnxopt.rules.base import FUSED_DOMAIN
 
 
 def selected_rules(options: OptimizeOptions):
@@ -22,9 +23,38 @@ def selected_rules(options: OptimizeOptions):
     return [r for r in rules if r.name not in options.disable]
 
 
+MAX_ROUNDS = 3
+
+
 def run(model: Model, options: OptimizeOptions) -> FusionReport | None:
+    """Fuse, then settle: normalize, and fuse again while that removed fused nodes.
+
+    A rewrite can leave the nodes it replaced alive through shape readers alone (a
+    TorchScript export reads the Shape of its head-merge Transpose to build a Reshape
+    target). Such a node is not used, but until normalization folds those shapes it still
+    reads its inputs, and a later match that needs them alone is refused ("also used
+    outside the match"). After the settle the refused regions get a second round, and
+    stage 6 sees only fused nodes whose results are used.
+    """
     if not options.fuse:
         return None
+    from onnxopt import normalize
+
     target = make_target(options.target, determinism=options.determinism,
                          ort_version=options.ort_version, opset=options.opset)
-    return fuse(model, selected_rules(options), target, debug=options.debug)
+    rules = selected_rules(options)
+    report = fuse(model, rules, target, debug=options.debug)
+    for _ in range(MAX_ROUNDS - 1):
+        before = _fused_nodes(model)
+        normalize.run(model, options)
+        if _fused_nodes(model) == before:
+            break
+        again = fuse(model, rules, target, debug=options.debug)
+        # Every candidate is matched again: keep the first round's fusions, and the second
+        # round's word on everything (what still cannot fuse, and why).
+        report.regions = [r for r in report.regions if r.status == "fused"] + again.regions
+    return report
+
+
+def _fused_nodes(model: Model) -> int:
+    return sum(1 for n in model.graph.all_nodes() if n.domain == FUSED_DOMAIN)

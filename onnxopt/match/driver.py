@@ -139,9 +139,15 @@ def _apply(graph: Graph, rule: Rule, m: Match, debug: bool) -> list[Node]:
         if not replace_value(graph, old, new):
             raise MatchError(f"rule {rule.name}: cannot replace graph output %{old.name}")
     users.extend(n for n in b.nodes)
-    for node in reversed(m.nodes):
-        if node.graph is graph:
-            remove_if_dead(graph, node)
+    # Until nothing changes: a matched node read only by another matched node dies with it,
+    # whatever order the pattern listed them in (a dead fused node left here would be bound
+    # by stage 6 and would block later matches that share its inputs).
+    pending = [n for n in reversed(m.nodes) if n.graph is graph]
+    while True:
+        dead = [n for n in pending if remove_if_dead(graph, n)]
+        if not dead:
+            break
+        pending = [n for n in pending if n.graph is graph]
     if debug:
         verify_graph(graph)
     return users

@@ -22,6 +22,9 @@ def _fused(proto_or_path):
 
 @pytest.mark.parametrize("name, layouts", [
     ("bert.ts", ("BSH", "BSH")), ("bert.dynamo", ("BSH", "BSH")), ("vit.ts", ("BSH", "BSH")),
+    # the TorchScript GPT-2 reads the Shape of its head-merge Transpose: the replaced node
+    # lives on through that reader until the fuse stage's settle round (onnxopt.fuse.run)
+    ("gpt2.ts", ("BSH", "BSH")),
     # the dynamo GPT-2 merges heads straight into [B*S, H*D] for its Gemm: inputs only
     ("gpt2.dynamo", ("BSH", "BNSH")),
     # rotary embeddings are applied to Q and K after the split: only the merge is absorbed
@@ -35,6 +38,17 @@ def test_layouts_absorbed(models_dir, name, layouts):
         assert (n.attr("layout"), n.attr("output_layout")) == layouts
         if layouts[1] == "BSH":
             assert n.output.shape[-1] == 64 and len(n.output.shape) == 3
+
+
+def test_settle_round_leaves_no_refusal_from_shape_readers(models_dir):
+    """Before the settle round, gpt2.ts refused its head-split absorption: "%…Transpose_1_output_0
+    is also used by attention/AttentionFused outside the match" — a replaced node kept alive
+    by a Shape reader. Now every candidate fuses and no fused node is left unused."""
+    model, report = _fused(str(models_dir / "gpt2.ts.onnx"))
+    summary = report.summary()
+    assert summary["attention_layout"]["fused"] == 4 and summary["attention_layout"]["refused"] == 0
+    fused = [n for n in model.graph if n.domain == "ai.onnxopt"]
+    assert all(n.outputs[0].num_uses for n in fused)
 
 
 SPLIT = """
