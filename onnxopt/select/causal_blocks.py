@@ -11,8 +11,9 @@ within noise, hence the ``MIN_SEQUENCE`` threshold.
 
 Exactness. A key the mask hides carries an additive value at or below -1e4
 (``legality.mask`` proves that when it classifies the mask causal), so its
-``exp`` underflows to exactly 0 in any row that has a visible key, and dropping
-it changes nothing. A row whose every key is hidden (left padding; a sliding
+``exp`` underflows to exactly 0 in any row that has a visible key (unless a hidden
+score exceeds the row's visible maximum by some 9,900, far beyond any attention
+score), and dropping it changes nothing. A row whose every key is hidden (left padding; a sliding
 window over padding) is different: its Softmax spreads over the *whole* row —
 uniform with a float-minimum mask, NaN with ``-inf`` — which a block cannot
 reproduce. So the emitted ``If`` takes the blocks only when every row of the
