@@ -11,15 +11,16 @@ within noise, hence the ``MIN_SEQUENCE`` threshold.
 
 Exactness. A key the mask hides carries an additive value at or below -1e4
 (``legality.mask`` proves that when it classifies the mask causal), so its
-``exp`` underflows to exactly 0 in any row that has a visible key (unless a hidden
-score exceeds the row's visible maximum by some 9,900, far beyond any attention
-score), and dropping it changes nothing. A row whose every key is hidden (left padding; a sliding
-window over padding) is different: its Softmax spreads over the *whole* row —
-uniform with a float-minimum mask, NaN with ``-inf`` — which a block cannot
-reproduce. So the emitted ``If`` takes the blocks only when every row of the
-mask has a visible key (one reduction over the mask, which broadcasts over
-heads and is shared by all layers), ``Skv ≥ Sq`` and ``Sq ≥ MIN_SEQUENCE``;
-otherwise it runs the lean decomposition of the whole node, exactly as before.
+``exp`` underflows to exactly 0 in any row that has a visible key (unless a
+hidden score exceeds the row's visible maximum by some 9,900, far beyond any
+attention score), and dropping it changes nothing. A row whose every key is
+hidden (left padding; a sliding window over padding) is different: its Softmax
+spreads over the *whole* row — uniform with a float-minimum mask, NaN with
+``-inf`` — which a block cannot reproduce. So the emitted ``If`` takes the
+blocks only when every row of the mask has a visible key (one reduction over
+the mask, which broadcasts over heads and is shared by all layers),
+``Skv ≥ Sq`` and ``Sq ≥ MIN_SEQUENCE``; otherwise it runs the lean
+decomposition of the whole node, exactly as before.
 """
 
 from __future__ import annotations

@@ -3,10 +3,10 @@
 Both models run in ONNX Runtime (CPU, one thread, so runs are repeatable) on
 several size sets, then once more at a long sequence (``LONG_SEQUENCE``, where
 kernels that branch on the length — causal attention in query blocks — take
-their other path) when the original model accepts that length. For each output the report gives the largest absolute
-error and the error relative to the output's magnitude; a float32 output
-passes under 1e-4 relative, float16/bfloat16 under 2e-2, integers and
-booleans only when equal.
+their other path) when the original model accepts that length. For each output
+the report gives the largest absolute error and the error relative to the
+output's magnitude; a float32 output passes under 1e-4 relative,
+float16/bfloat16 under 2e-2, integers and booleans only when equal.
 """
 
 from __future__ import annotations
