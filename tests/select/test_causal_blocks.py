@@ -13,7 +13,7 @@ import onnx
 import pytest
 
 from onnxopt.options import OptimizeOptions
-from onnxopt.select.causal_blocks import MIN_SEQUENCE
+from onnxopt.select.causal_blocks import MIN_SEQUENCE, TIERS
 
 KERNEL = "decompose.AttentionFused.causal_blocks"
 MIN = np.finfo(np.float32).min
@@ -79,12 +79,24 @@ def test_without_key_padding(check_kernel):
     check_kernel(causal_attention(padding=False), KERNEL, f)
 
 
-def test_emits_an_if_with_four_blocks(bind_text):
+def test_emits_ifs_with_four_and_eight_blocks(bind_text):
     bound = bind_text(causal_attention(), KERNEL)
     (node,) = [n for n in bound.proto.graph.node if n.op_type == "If"]
-    branches = {a.name: a.g for a in node.attribute}
-    assert [n.op_type for n in branches["then_branch"].node].count("Softmax") == 4
-    assert [n.op_type for n in branches["else_branch"].node].count("Softmax") == 1
+    blocks, whole = ({a.name: a.g for a in node.attribute}[k] for k in ("then_branch",
+                                                                        "else_branch"))
+    assert [n.op_type for n in whole.node].count("Softmax") == 1
+    (tier,) = [n for n in blocks.node if n.op_type == "If"]
+    longer, shorter = ({a.name: a.g for a in tier.attribute}[k] for k in ("then_branch",
+                                                                          "else_branch"))
+    assert [n.op_type for n in longer.node].count("Softmax") == 8
+    assert [n.op_type for n in shorter.node].count("Softmax") == 4
+
+
+@pytest.mark.parametrize("pad", ["none", "right"])
+def test_eight_blocks_at_long_sequences(check_kernel, pad):
+    seq = TIERS[1][0] + 37
+    check_kernel(causal_attention(heads=2, kv_heads=1, nan_to_zero=1), KERNEL,
+                 feeds(2, seq, heads=2, kv_heads=1, pad=pad))
 
 
 @pytest.mark.parametrize("fill", [-np.inf, MIN])
@@ -94,6 +106,7 @@ def test_a_row_without_visible_keys_while_key_0_is_kept(check_kernel, fill):
 
 @pytest.mark.parametrize(("seq", "pad", "hidden_row", "blocks"), [
     (MIN_SEQUENCE, "none", None, True), (MIN_SEQUENCE, "right", None, True),
+    (TIERS[1][0], "right", None, True),
     (MIN_SEQUENCE - 1, "none", None, False), (MIN_SEQUENCE, "none", 100, False)])
 def test_takes_the_blocks_only_where_exact(bind_text, rel_err, seq, pad, hidden_row, blocks):
     """Fed a mask that hides nothing after the diagonal, the blocks (which skip those keys)
