@@ -114,6 +114,14 @@ def _bnsh_attention(model: Model, node):
     return inner
 
 
+def _both_lengths(short: dict[str, float], short_failed: dict[str, str],
+                  long: dict[str, float], long_failed: dict[str, str]):
+    """The geometric mean of a kernel's times at the two lengths; failing at either fails."""
+    failed = {**long_failed, **short_failed}
+    times = {k: (short[k] * long[k]) ** 0.5 for k in short if k in long and k not in failed}
+    return times, failed
+
+
 def _fallback(node, target: Target, registry: list[Kernel], model_opset: int) -> Selection:
     """Nothing legal (a registry without this op's decomposition): use the decomposition."""
     from onnxopt.select.decompose import decomposition_kernels
@@ -145,6 +153,10 @@ class _Tuner:
         sig = signature(node, self.binding)
         if sig is None:
             return None
+        switch = max(k.switch_seq for k in legal)
+        long_seq = max(2 * switch, self.binding.default) if switch else 0
+        if long_seq:  # a kernel that changes its plan with the length is timed on both sides
+            sig = f"{sig}|and seq {long_seq}"
         key = cache_key(sig, self.target, self.ort_version)
         entry = self.cache.get(key) or {"times_ms": {}, "failed": {}}
         missing = [k for k in legal if k.name not in entry["times_ms"]
@@ -154,6 +166,10 @@ class _Tuner:
         if missing:
             # Time the whole candidate set together (interleaved), so numbers are comparable.
             times, failed = measure(self.model, node, legal, self.target, self.binding)
+            if times and long_seq:
+                times, failed = _both_lengths(times, failed, *measure(
+                    self.model, node, legal, self.target,
+                    Binding.for_model(self.model, seq=long_seq)))
             if not times:  # the provider is not on this machine, or nothing ran: no decision
                 return None
             self.cache.put(key, times, failed, runs=len(times))

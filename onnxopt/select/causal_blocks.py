@@ -156,7 +156,7 @@ def causal_block_kernels() -> list[Kernel]:
     return [Kernel(
         name="decompose.AttentionFused.causal_blocks", implements="AttentionFused",
         backend="decompose", emit=_emit, providers=CPU, min_opset=13, requires=_requires,
-        cost=0.9,
+        cost=0.9, switch_seq=MIN_SEQUENCE,
         notes="causal attention in query blocks, masked keys skipped (If: at least "
               f"{MIN_SEQUENCE} queries and a visible key in every mask row; "
               + ", ".join(f"{n} blocks from {s}" for s, n in TIERS)

@@ -58,6 +58,9 @@ class Kernel:
     grouped_query: bool = True
     deterministic: bool = True
     cost: float = 1.0
+    # Branches on the sequence length at run time from this many positions (0: never);
+    # ``--tune`` then times every candidate at a longer sequence too.
+    switch_seq: int = 0
     requires: Callable[[Node, Target], str | None] | None = field(default=None, compare=False)
     notes: str = ""
 
@@ -113,5 +116,6 @@ class Kernel:
             "head_dims": sorted(self.head_dims) if self.head_dims else None,
             "mask_kinds": sorted(self.mask_kinds) if self.mask_kinds else None,
             "causal": self.causal, "grouped_query": self.grouped_query,
-            "deterministic": self.deterministic, "cost": self.cost, "notes": self.notes,
+            "deterministic": self.deterministic, "cost": self.cost,
+            "switch_seq": self.switch_seq, "notes": self.notes,
         }

@@ -189,3 +189,29 @@ def test_exported_decoders_at_long_sequences(name, tmp_path):
                 f[i.name] = rng.integers(2, 1000, (2, seq)).astype(np.int64)
         for x, y in zip(a.run(None, f), b.run(None, f)):
             assert np.abs(x - y).max() / max(1.0, np.abs(x).max()) < 1e-4
+
+
+def test_tune_times_both_sides_of_the_switch(bind_text, kernel, monkeypatch, tmp_path):
+    """The blocks switch plans at MIN_SEQUENCE queries, so --tune times every candidate at the
+    representative length and at a longer one, and ranks by the geometric mean."""
+    import json
+
+    from onnxopt.select import tuning
+
+    lengths = []
+    real = tuning.measure
+
+    def spy(model, node, kernels, target, binding, **kwargs):
+        lengths.append(binding.default)
+        return real(model, node, kernels, target, binding, runs=3)
+
+    monkeypatch.setattr(tuning, "measure", spy)
+    cache = tmp_path / "tuning.json"
+    bound = bind_text(causal_attention(), options=OptimizeOptions(
+        target="cpu", tune=True, tune_cache=str(cache)),
+        registry=[kernel(KERNEL), kernel("decompose.AttentionFused")])
+    assert lengths == [128, 2 * MIN_SEQUENCE]
+    (selection,) = bound.report.selections
+    assert selection.basis == "tuned"
+    keys = list(json.loads(cache.read_text())["entries"])
+    assert len(keys) == 1 and f"|and seq {2 * MIN_SEQUENCE}|" in keys[0]
