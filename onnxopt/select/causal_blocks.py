@@ -57,6 +57,10 @@ def _requires(node: Node, target) -> str | None:
     mask = node.input(3)
     if mask is None or mask.rank is None or mask.rank < 2:
         return "needs the additive mask as an input of rank 2 or more"
+    queries = q.shape[-2]
+    if isinstance(queries, int) and queries < MIN_SEQUENCE:
+        return (f"the model has {queries} queries, fewer than the {MIN_SEQUENCE} from which "
+                "the blocks run")
     return None
 
 

@@ -142,6 +142,9 @@ def test_rejections_say_why(bind_text, registry):
     }"""
     assert _reason(bind_text(single_head, registry=registry)) == \
         "needs rank-4 Q, K and V in BNSH layout"
+    static = causal_attention().replace(",S,", ",64,").replace(",S]", ",64]")
+    assert _reason(bind_text(static, registry=registry)) == \
+        f"the model has 64 queries, fewer than the {MIN_SEQUENCE} from which the blocks run"
     cuda = bind_text(causal_attention(), registry=registry,
                      options=OptimizeOptions(target="cuda"))
     assert _reason(cuda) == "runs only on CPU"
