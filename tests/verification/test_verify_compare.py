@@ -33,8 +33,8 @@ def test_identical_models_are_bitwise_equal(make_model):
     (out,) = report.outputs
     assert (out.name, out.dtype, out.max_abs, out.max_rel, out.tolerance) == (
         "y", "float32", 0.0, 0.0, 1e-4)
-    assert [r["x"] for r in report.runs] == [(1, 7), (2, 16), (1, 29), (2, 300)]
-    assert report.long_run_skipped is None
+    assert [r["x"] for r in report.runs] == [(1, 7), (2, 16), (1, 29)]
+    assert report.long_run_skipped is None  # nothing in it switches plans with the length
 
 
 def test_changed_weight_gives_max_abs_and_rel(make_model):
@@ -111,12 +111,25 @@ agraph (float[batch, seq] x) => (float[batch, seq, 4] y)
 """
 
 
-def test_long_run_happens_where_the_original_accepts_the_length(make_model):
+def _switching(proto: onnx.ModelProto) -> onnx.ModelProto:
+    """``proto`` with its first node marked as emitted by a kernel that switches with length."""
+    from onnxopt.select.causal_blocks import causal_block_kernels
+
+    (kernel,) = causal_block_kernels()
+    proto.graph.node[0].metadata_props.add(key="onnxopt.kernel", value=kernel.name)
+    return proto
+
+
+def test_long_run_happens_where_the_optimized_model_switches_with_length(make_model):
     from onnxopt.verification import inputs
 
-    report = onnxopt.verify(make_model(ADD_W), make_model(ADD_W), runs=1, long_sequence=1000)
+    report = onnxopt.verify(make_model(ADD_W), _switching(make_model(ADD_W)), runs=1,
+                            long_sequence=1000)
     assert [r["x"] for r in report.runs] == [(1, 7), (2, 1000)]
-    report = onnxopt.verify(make_model(ADD_W), make_model(ADD_W), runs=1, long_sequence=None)
+    assert [r["x"] for r in onnxopt.verify(make_model(ADD_W), _switching(make_model(ADD_W)),
+                                           runs=1).runs] == [(1, 7), (2, 300)]
+    report = onnxopt.verify(make_model(ADD_W), _switching(make_model(ADD_W)), runs=1,
+                            long_sequence=None)
     assert [r["x"] for r in report.runs] == [(1, 7)] and report.long_run_skipped is None
     assert inputs.LONG_SEQUENCE > 256  # past the causal blocks' switch (select.causal_blocks)
 
@@ -124,9 +137,9 @@ def test_long_run_happens_where_the_original_accepts_the_length(make_model):
 def test_long_run_is_skipped_with_a_reason(make_model):
     """A position table of 128 rows fails at 300 in the original: the run is skipped, said."""
     text = POSITION_TABLE.replace("{RANDOM}", "{" + ", ".join(["0.5"] * 512) + "}")
-    report = onnxopt.verify(make_model(text), make_model(text), runs=1)
+    report = onnxopt.verify(make_model(text), _switching(make_model(text)), runs=1)
     assert report.ok and len(report.runs) == 1
     assert report.long_run_skipped.startswith("the original does not run at sequence 300: ")
     fixed = ADD_W.replace("[batch, seq]", "[2, 300]")
-    report = onnxopt.verify(make_model(fixed), make_model(fixed), runs=1)
+    report = onnxopt.verify(make_model(fixed), _switching(make_model(fixed)), runs=1)
     assert report.long_run_skipped == "the model has no sequence dimension"
