@@ -130,7 +130,7 @@ def main() -> int:
                 arch = name.split(".")[0]
                 proc = subprocess.run([args.anchor_python, "-c", ANCHORS, str(path), ort_out,
                                        osc_out, MODEL_TYPES.get(arch, "bert")],
-                                      capture_output=True, text=True, timeout=600)
+                                      capture_output=True, text=True, timeout=600, check=False)
                 try:
                     anchors = json.loads(proc.stdout.strip().splitlines()[-1])
                 except (IndexError, json.JSONDecodeError):

@@ -89,6 +89,6 @@ def _tensor_text(t: LazyTensor) -> str:
             vals = t.numpy().reshape(-1).tolist()
             text += " " + ("[" + ", ".join(f"{x:.6g}" if isinstance(x, float) else str(x)
                                            for x in vals) + "]")
-        except Exception:  # noqa: BLE001 - printing must never fail on an odd tensor
+        except Exception:  # noqa: BLE001, S110 - printing must never fail on an odd tensor
             pass
     return text

@@ -9,17 +9,17 @@ it walks them.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Union
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from onnxopt.ir.graph import Graph
     from onnxopt.ir.node import Node
     from onnxopt.ir.tensor import LazyTensor
 
-Dim = Union[int, str, None]
+Dim = int | str | None
 """One dimension: a size, a symbol such as ``"seq"``, or unknown (``None``)."""
 
-Shape = Union[tuple[Dim, ...], None]
+Shape = tuple[Dim, ...] | None
 """A shape; ``None`` means even the rank is unknown."""
 
 

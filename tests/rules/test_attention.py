@@ -133,8 +133,8 @@ def test_strict_determinism_refuses_attention(make_model):
     proto = _attention(make_model)
     _, regions = _explain(proto, determinism="strict")
     assert [(r.status, r.detail) for r in regions] == [(
-        "refused", "determinism is strict, and a fused attention (streaming softmax) may change "
-        "the order of its floating-point reductions")]
+        "refused", ("determinism is strict, and a fused attention (streaming softmax) may change "
+                    "the order of its floating-point reductions"))]
 
 
 def test_mask_larger_than_the_scores_is_refused(make_model):
@@ -145,10 +145,10 @@ def test_mask_larger_than_the_scores_is_refused(make_model):
         "float[batch, 4, seq, 16] k,", "float[batch, 1, seq, 16] k,").replace(
         "float[batch, 4, seq, 16] v,", "float[batch, 1, seq, 16] v,")
     proto = make_model(text)
-    result, regions = _explain(proto)
+    _, regions = _explain(proto)
     assert [(r.status, r.detail) for r in regions] == [(
-        "refused", "%m: a mask of shape ['batch', 4, 'seq', 'seq'] would enlarge scores "
-        "['batch', 1, 'seq', 'seq']")]
+        "refused", ("%m: a mask of shape ['batch', 4, 'seq', 'seq'] would enlarge scores "
+                    "['batch', 1, 'seq', 'seq']"))]
 
 
 ANTI_CAUSAL = """
