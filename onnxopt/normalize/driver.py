@@ -23,6 +23,7 @@ from onnxopt.normalize.scale_through_layout import scale_through_layout
 from onnxopt.normalize.softmax_canonical import softmax_canonical
 from onnxopt.normalize.transpose_into_matmul import transpose_into_matmul
 from onnxopt.normalize.transpose_through_reshape import transpose_through_reshape
+from onnxopt.normalize.unmerge_heads import unmerge_heads
 from onnxopt.normalize.where_to_additive import where_to_additive
 
 Pass = Callable[[Model], int]
@@ -39,6 +40,7 @@ PASSES: list[tuple[str, Pass]] = [
     ("scale_through_layout", scale_through_layout),
     ("canonical_scale", canonical_scale),
     ("merge_reshapes", merge_reshapes),
+    ("unmerge_heads", unmerge_heads),
     ("transpose_through_reshape", transpose_through_reshape),
     ("transpose_into_matmul", transpose_into_matmul),
     ("softmax_canonical", softmax_canonical),
