@@ -53,6 +53,10 @@ def run(model: Model, options: OptimizeOptions) -> FusionReport | None:
         # Every candidate is matched again: keep the first round's fusions, and the second
         # round's word on everything (what still cannot fuse, and why).
         report.regions = [r for r in report.regions if r.status == "fused"] + again.regions
+    # A partial match whose root another rule then fused (a norm pattern that started at a
+    # GELU's Add) says nothing about what is left unfused.
+    alive = {n.name for n in model.graph.all_nodes()}
+    report.regions = [r for r in report.regions if r.status != "partial" or r.root in alive]
     return report
 
 

@@ -1,7 +1,9 @@
 """0.5·x·(1 + erf(x/√2)) and its tanh approximation  ->  ai.onnxopt.GeluFused(x, bias?)
 
-The exact (erf) GELU of BERT, ViT and RoBERTa, and GPT-2's tanh approximation
-("NewGELU") 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))). After normalization
+The exact (erf) GELU of BERT, ViT and RoBERTa, and the tanh approximation
+0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))) — GPT-2's "NewGELU", PyTorch's
+``gelu(approximate="tanh")`` (Gemma, StarCoder2, GPT-BigCode) and BLOOM's factored
+√(2/π)·x·(1 + 0.044715·x²). After normalization
 ``x/√2`` is ``x·(1/√2)`` and constants are the second operand; what still
 varies is where the factor 0.5 sits:
 ``(x·0.5)·(1+…)``, ``x·((1+…)·0.5)`` or ``(x·(1+…))·0.5`` (exact in any order,
@@ -55,6 +57,21 @@ def _half_placements(p: Builder, t, curve):
             p.Mul(p.Mul(t, curve), half, name="gelu"))
 
 
+def _tanh_argument(p: Builder, x, one):
+    """√(2/π)·(x + 0.044715·x³) as exporters spell it: expanded (GPT-2's NewGELU; PyTorch's
+    tanh GELU, whose TorchScript export writes x³ as x·(x·x)) or factored as
+    √(2/π)·x·(1 + 0.044715·x·x) (BLOOM)."""
+    cubic = p.const(value=TANH_CUBIC, tolerance=TOLERANCE)
+    scale = p.const(value=SQRT_2_OVER_PI, tolerance=TOLERANCE)
+    square = p.Mul(x, x)
+    cube = p.any(p.Pow(x, p.const(value=3.0)), p.Mul(x, square), p.Mul(square, x))
+    expanded = p.Mul(p.Add(x, p.Mul(cube, cubic)), scale)
+    square_term = p.any(p.Mul(square, cubic), p.Mul(p.Mul(x, cubic), x),
+                        p.Mul(x, p.Mul(x, cubic)))
+    factored = p.Mul(p.Mul(x, scale), p.Add(square_term, one))
+    return p.any(expanded, factored)
+
+
 class Gelu(Rule):
     """0.5·x·(1 + erf(x/√2)) | its tanh approximation  ->  ai.onnxopt.GeluFused(x, bias?)"""
 
@@ -66,9 +83,7 @@ class Gelu(Rule):
         x = p.var("x", dtype=FLOAT_TYPES)
         one = p.const(value=1.0)
         erf = p.Add(p.Erf(p.Mul(x, p.const(value=SQRT_HALF, tolerance=TOLERANCE)), name="erf"), one)
-        cube = p.Mul(p.Pow(x, p.const(value=3.0)), p.const(value=TANH_CUBIC, tolerance=TOLERANCE))
-        inner = p.Mul(p.Add(x, cube), p.const(value=SQRT_2_OVER_PI, tolerance=TOLERANCE))
-        tanh = p.Add(p.Tanh(inner, name="tanh"), one)
+        tanh = p.Add(p.Tanh(_tanh_argument(p, x, one), name="tanh"), one)
         return p.any(*_half_placements(p, x, erf), *_half_placements(p, x, tanh))
 
     def legal(self, m: Match, target) -> str | None:
