@@ -284,6 +284,39 @@ def _t5enc(attn: str) -> nn.Module:
     return T5EncoderModel(cfg)
 
 
+def _bloom(attn: str) -> nn.Module:
+    from transformers import BloomConfig, BloomForCausalLM
+
+    cfg = BloomConfig(
+        vocab_size=VOCAB,
+        hidden_size=HIDDEN,
+        n_layer=LAYERS,
+        n_head=HEADS,
+        use_cache=False,
+        tie_word_embeddings=False,
+    )
+    cfg._attn_implementation = attn
+    return BloomForCausalLM(cfg)
+
+
+def _gemma(attn: str) -> nn.Module:
+    from transformers import GemmaConfig, GemmaForCausalLM
+
+    cfg = GemmaConfig(
+        vocab_size=VOCAB,
+        hidden_size=HIDDEN,
+        num_hidden_layers=LAYERS,
+        num_attention_heads=HEADS,
+        num_key_value_heads=1,
+        head_dim=HIDDEN // HEADS,
+        intermediate_size=INTERMEDIATE,
+        max_position_embeddings=MAX_POS,
+        use_cache=False,
+    )
+    cfg._attn_implementation = attn
+    return GemmaForCausalLM(cfg)
+
+
 def _vit(attn: str) -> nn.Module:
     from transformers import ViTConfig, ViTModel
 
@@ -326,6 +359,8 @@ SPECS: dict[str, Spec] = {
         Spec("opt", _opt, "OPTForCausalLM", "eager", "text", "logits", True),
         Spec("distilbert", _distilbert, "DistilBertModel", "sdpa", "text", "last_hidden_state", True),
         Spec("clip_text", _clip_text, "CLIPTextModel", "eager", "text", "last_hidden_state", True),
+        Spec("bloom", _bloom, "BloomForCausalLM", "eager", "text", "logits", True),
+        Spec("gemma", _gemma, "GemmaForCausalLM", "sdpa", "text", "logits", True),
     ]
 }
 

@@ -211,6 +211,15 @@ def gather(node: Node):
     return [(_x(node).dtype, data[:axis] + idx + data[axis + 1:])]
 
 
+def gather_nd(node: Node):
+    """indices ``[..., k]`` pick k-tuples of leading data axes (after ``batch_dims``)."""
+    data, idx = _shape(node, 0), _shape(node, 1)
+    batch = node.attr("batch_dims", 0)
+    if data is None or idx is None or not idx or not isinstance(idx[-1], int):
+        return [(_x(node).dtype, None)]
+    return [(_x(node).dtype, idx[:-1] + data[batch + idx[-1]:])]
+
+
 def slice_op(node: Node):
     s = _shape(node)
     if s is None:
@@ -340,7 +349,8 @@ RULES.update({op: elementwise for op in BROADCAST})
 RULES.update({
     "IsNaN": is_nan, "IsInf": is_nan, "Cast": cast, "MatMul": matmul, "Gemm": gemm,
     "Transpose": transpose, "Reshape": reshape, "Unsqueeze": unsqueeze, "Squeeze": squeeze,
-    "Expand": expand, "Concat": concat, "Shape": shape_op, "Gather": gather, "Slice": slice_op,
+    "Expand": expand, "Concat": concat, "Shape": shape_op, "Gather": gather, "GatherND": gather_nd,
+    "Slice": slice_op,
     "ConstantOfShape": constant_of_shape, "Flatten": flatten, "Tile": tile, "Range": range_op,
     "Split": split, "MatMulInteger": matmul_integer, "DynamicQuantizeLinear": dynamic_quantize,
     "QuantizeLinear": quantize, "DequantizeLinear": dequantize, "GatherElements": like_indices, "ScatterND": like_data,

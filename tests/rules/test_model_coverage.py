@@ -23,6 +23,12 @@ EXPECTED = {
     "opt": (5, 0, 0, 0, 0, 0),
     "distilbert": (5, 0, 2, 0, 0, 0),
     "clip_text": (5, 0, 0, 2, 0, 0),
+    # Added in the second session with the rules they needed, from a sweep of 12 more
+    # architectures: bloom runs attention on [B*H, S, D] views with an ALiBi bias
+    # (normalize/unmerge_heads.py) and spells its tanh GELU factored; gemma has one key/value
+    # head, a GeGLU MLP and PyTorch's tanh GELU (x·(x·x) in the TorchScript export).
+    "bloom": (6, 0, 2, 0, 0, 0),
+    "gemma": (0, 5, 2, 0, 0, 4),
 }
 RULES = ("layer_norm", "rms_norm", "gelu", "silu", "swiglu", "rotary")
 # What a fused model must no longer contain: the pieces of the blocks above.
