@@ -88,7 +88,10 @@ class _Exporter:
                 if out.name in self.model.declared_value_info or node.created_by:
                     gp.value_info.append(value_info(out))
         for v in g.outputs:
-            gp.output.append(value_info(v))
+            vi = value_info(v)
+            if g is self.model.graph:
+                _keep_declared_dims(vi, self.model.declared_outputs.get(v.name))
+            gp.output.append(vi)
         return gp
 
     def node(self, node: Node) -> list[onnx.NodeProto]:
@@ -194,6 +197,19 @@ class _Exporter:
         if t.data_type != dtype_code(tensor.dtype):
             t.data_type = dtype_code(tensor.dtype)
         return t
+
+
+def _keep_declared_dims(vi: onnx.ValueInfoProto, declared) -> None:
+    """Write back the dims the input file declared for a graph output (inference may know the
+    same dim under another name); dims it left open keep what inference found."""
+    shape = vi.type.tensor_type.shape if vi.type.tensor_type.HasField("shape") else None
+    if declared is None or shape is None or len(shape.dim) != len(declared):
+        return
+    for dim, d in zip(shape.dim, declared):
+        if isinstance(d, int):
+            dim.dim_value = d
+        elif isinstance(d, str):
+            dim.dim_param = d
 
 
 def value_info(v: Value) -> onnx.ValueInfoProto:

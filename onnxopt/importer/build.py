@@ -103,6 +103,7 @@ class _Importer:
             base_dir=self.base_dir,
             had_external_data=self.had_external,
             declared_value_info=declared,
+            declared_outputs={o.name: type_of(o.type)[1] for o in proto.graph.output},
         )
 
     # --- shapes ---------------------------------------------------------------------------------

@@ -34,6 +34,10 @@ class Model:
     # values onnxopt creates) get value_info on export: adding inferred shapes is not neutral,
     # it unlocks different ONNX Runtime graph fusions and so changes numerics and speed.
     declared_value_info: set[str] = field(default_factory=set)
+    # The main graph's outputs as the input file declared them (name -> shape): the exported
+    # interface keeps those dims, whatever names inference gives them ("(past+seq)" for an
+    # exporter's "Concatpresent_key_0_dim_2").
+    declared_outputs: dict[str, Any] = field(default_factory=dict)
 
     @property
     def opset(self) -> int:

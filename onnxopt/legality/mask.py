@@ -53,8 +53,11 @@ def classify_mask(model: Model, mask: Value, batch_dim, key_dim, query_dim) -> M
         return MaskInfo(looks_causal=looks_causal, reason="the mask depends on non-mask inputs")
     shape_leaves = [v for v in inputs if v.producer is not None]
     inputs = [v for v in inputs if v.producer is None]
+    # A [batch, keys] input: keys by name, or (a key/value cache: the mask covers a ``total``
+    # the keys' ``past + seq`` equals only at run time) checked against the mask's key axis
+    # at every probe below.
     candidates = [v for v in inputs if v.shape is not None and len(v.shape) == 2
-                  and v.shape[0] == batch_dim and v.shape[1] == key_dim]
+                  and v.shape[0] == batch_dim]
     if len(inputs) > 3 or any(v.shape is None or len(v.shape) > 2 for v in inputs):
         return MaskInfo(looks_causal=looks_causal, reason="the mask depends on activations")
     if any(not _shape_known(v) for v in shape_leaves):
@@ -75,13 +78,12 @@ def classify_mask(model: Model, mask: Value, batch_dim, key_dim, query_dim) -> M
     pad_votes = {id(c): [] for c in candidates}
     rng = np.random.default_rng(0)
     for batch, seq in PROBE_SIZES:
-        symbols = _symbols(inputs + [v.producer.inputs[0] for v in shape_leaves], batch, seq)
-        feeds_full = {v.name: _feed(v, symbols, rng, pad=False) for v in inputs}
-        feeds_full.update({v.name: _shape_feed(v, symbols) for v in shape_leaves})
-        try:
-            full = _masked(sess.run(None, feeds_full)[0])
-        except Exception as e:  # noqa: BLE001
-            return MaskInfo(looks_causal=looks_causal, reason=f"the mask cannot be evaluated ({e})")
+        evaluated = _evaluate(sess, inputs, shape_leaves, batch, seq, rng)
+        if isinstance(evaluated, str):
+            return MaskInfo(looks_causal=looks_causal,
+                            reason=f"the mask cannot be evaluated ({evaluated})")
+        symbols, feeds_full, values = evaluated
+        full = _masked(values)
         if full is None:
             return MaskInfo(looks_causal=looks_causal, reason="the mask holds values between 0 "
                             "and the masking range")
@@ -90,7 +92,8 @@ def classify_mask(model: Model, mask: Value, batch_dim, key_dim, query_dim) -> M
             feeds = dict(feeds_full)
             feeds[cand.name] = _feed(cand, symbols, rng, pad=True)
             keep = np.asarray(feeds[cand.name]) != 0
-            pad_votes[id(cand)].append(_follows_padding(sess, feeds, full, keep))
+            pad_votes[id(cand)].append(keep.shape[-1] == full.shape[-1]
+                                       and _follows_padding(sess, feeds, full, keep))
     padding = next((c for c in candidates if all(pad_votes[id(c)])), None)
     causal = all(v is True for v in causal_votes)
     no_mask = all(v == "none" for v in causal_votes)
@@ -152,6 +155,29 @@ def _is_causal(masked: np.ndarray):
     return bool(np.all(masked == causal))
 
 
+def _evaluate(sess, inputs: list[Value], shape_leaves: list[Value], batch: int, seq: int, rng):
+    """(symbol sizes, feeds, mask) at the first consistent size assignment, or ORT's error.
+
+    One size for every length first; a mask over a key/value cache covers ``past + seq``
+    keys and evaluates only when the sizes agree, so mixes are tried next
+    (``verification.inputs.size_alternatives``)."""
+    from onnxopt.verification.inputs import size_alternatives
+
+    sources = inputs + [v.producer.inputs[0] for v in shape_leaves]
+    base = _symbols(sources, batch, seq)
+    lengths = sorted(k for k, size in base.items() if size == seq and "(" not in k)
+    first_error = None
+    for overrides in [{}, *size_alternatives(lengths, seq)]:
+        symbols = {**base, **overrides}
+        feeds = {v.name: _feed(v, symbols, rng, pad=False) for v in inputs}
+        feeds.update({v.name: _shape_feed(v, symbols) for v in shape_leaves})
+        try:
+            return symbols, feeds, sess.run(None, feeds)[0]
+        except Exception as e:  # noqa: BLE001 - inconsistent sizes: try the next assignment
+            first_error = first_error or e
+    return str(first_error)
+
+
 def _symbols(inputs: list[Value], batch: int, seq: int) -> dict:
     """Probe sizes per symbol: the leading axis is the batch, any other symbol the sequence."""
     sizes: dict = {}
@@ -169,24 +195,20 @@ def _shape_known(v: Value) -> bool:
 
 def _shape_feed(v: Value, symbols: dict) -> np.ndarray:
     """The value ``Shape(x)`` takes at the probe sizes, from ``x``'s symbolic shape."""
-    from onnxopt.normalize.symdim import to_monomial
+    from onnxopt.normalize.symdim import evaluate
 
     node = v.producer
-    dims = []
-    for d in node.inputs[0].shape:
-        coef, factors = to_monomial(d)
-        for f in factors:
-            coef *= symbols.setdefault(f, 3)
-        dims.append(coef)
+    dims = [evaluate(d, symbols, default=3) for d in node.inputs[0].shape]
     dims = dims[slice(node.attr("start", 0), node.attr("end"))]
     return np.array(dims, dtype=np.int64)
 
 
 def _feed(v: Value, symbols: dict, rng, pad: bool) -> np.ndarray:
     from onnxopt.ir.dtypes import numpy_dtype
+    from onnxopt.normalize.symdim import evaluate
     from onnxopt.verification.inputs import padding_mask
 
-    shape = tuple(d if isinstance(d, int) else symbols.get(d, 1) for d in v.shape)
+    shape = tuple(evaluate(d, symbols) for d in v.shape)
     if pad:
         return padding_mask(shape).astype(numpy_dtype(v.dtype))
     if v.dtype in ("int64", "int32") and len(shape) == 2:

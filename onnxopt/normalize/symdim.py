@@ -4,6 +4,9 @@ A dimension is an int, a symbol (``"seq"``), a product such as
 ``"4*batch*seq"`` (a canonical monomial: integer coefficient, then sorted
 factors), or ``None`` (unknown). Products appear when a Reshape merges
 dimensions; exact division undoes them, which is what Reshape's ``-1`` needs.
+A sum of plain symbols and numbers — a key/value cache concatenated with the new
+keys, ``past + seq`` — is one symbol of its own, ``"(past+seq)"`` (terms sorted), so
+two tensors built the same way have provably equal lengths.
 """
 
 from __future__ import annotations
@@ -85,7 +88,10 @@ def add(a: Dim, b: Dim) -> Dim:
         return a
     if a == 0:
         return b
-    return None
+    terms_a, terms_b = _terms(a), _terms(b)
+    if terms_a is None or terms_b is None:
+        return None
+    return _sum(terms_a + terms_b)
 
 
 def sub(a: Dim, b: Dim) -> Dim:
@@ -93,7 +99,50 @@ def sub(a: Dim, b: Dim) -> Dim:
         return a - b
     if b == 0:
         return a
-    return None
+    terms_a, terms_b = _terms(a), _terms(b)
+    if terms_a is None or terms_b is None:
+        return None
+    rest = list(terms_a)
+    for t in terms_b:
+        if t not in rest:
+            return None
+        rest.remove(t)
+    return _sum(rest) if rest else 0
+
+
+def _terms(d: Dim) -> list | None:
+    """The terms of a sum symbol, or ``[d]`` for a plain symbol or number (products: None)."""
+    if isinstance(d, int):
+        return [d]
+    if d is None or "*" in d:
+        return None
+    if d.startswith("(") and d.endswith(")"):
+        return [int(t) if t.lstrip("-").isdigit() else t for t in d[1:-1].split("+")]
+    return None if "+" in d else [d]
+
+
+def _sum(terms: list) -> Dim:
+    number = sum(t for t in terms if isinstance(t, int))
+    symbols = sorted(t for t in terms if not isinstance(t, int))
+    if not symbols:
+        return number
+    parts = symbols + ([str(number)] if number else [])
+    return parts[0] if len(parts) == 1 else "(" + "+".join(parts) + ")"
+
+
+def evaluate(d: Dim, sizes: dict, default: int = 1) -> int | None:
+    """The number ``d`` stands for when its symbols take ``sizes`` (missing ones: ``default``)."""
+    if d is None:
+        return None
+    if isinstance(d, int):
+        return d
+    terms = _terms(d)
+    if terms is not None and len(terms) > 1:
+        return sum(evaluate(t, sizes, default) for t in terms)
+    coef, factors = to_monomial(d)
+    for f in factors:
+        coef *= sizes.get(f, default)
+    return coef
 
 
 def same(a: Dim, b: Dim) -> bool:

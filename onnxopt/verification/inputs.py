@@ -10,6 +10,9 @@ so attention masking is really exercised.
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Iterator
+
 import numpy as np
 import onnx
 from onnx import ModelProto
@@ -26,6 +29,26 @@ def size_sets(count: int) -> list[dict[str, int]]:
     """Assignments of sizes to symbol classes ("batch", everything else) for ``count`` runs."""
     return [{"batch": BATCH_SIZES[i % len(BATCH_SIZES)], "other": SEQ_SIZES[i % len(SEQ_SIZES)]}
             for i in range(count)]
+
+
+def length_symbols(model: ModelProto) -> list[str]:
+    """The symbolic dims of the graph inputs that are not the batch (sorted)."""
+    names = {d.dim_param for vi in model.graph.input for d in vi.type.tensor_type.shape.dim
+             if d.dim_param and "batch" not in d.dim_param.lower()}
+    return sorted(names)
+
+
+def size_alternatives(symbols: list[str], seq: int, limit: int = 27) -> Iterator[dict[str, int]]:
+    """Sizes for ``symbols``: ``seq`` for all first, then mixes of ``seq``, a shorter length
+    and their sum, fewest changes first. A model whose lengths are tied — a key/value cache,
+    where the mask covers ``past + seq`` — runs only on consistent sizes, which one shared
+    size never gives."""
+    past = seq // 2 + 1
+    choices = (seq, past, seq + past)
+    combos = sorted(itertools.product(range(3), repeat=len(symbols)),
+                    key=lambda c: (sum(x != 0 for x in c), c))
+    for combo in combos[:limit]:
+        yield {s: choices[i] for s, i in zip(symbols, combo)}
 
 
 def make_inputs(model: ModelProto, sizes: dict[str, int], seed: int = 0,
