@@ -239,7 +239,12 @@ def slice_op(node: Node):
 def _sliced_dim(d, start, end, step):
     if isinstance(d, int) and isinstance(start, int) and isinstance(end, int):
         return len(range(*slice(start, end, step).indices(d)))
-    if step != 1 or start != 0:
+    if step != 1:
+        return None
+    if isinstance(start, str) and isinstance(end, int) and end >= 2**62:
+        # x[past:] (new positions after a cache): valid models have past <= d
+        return sd.sub(d, start)
+    if start != 0:
         return None
     if isinstance(end, int) and end >= 2**62:
         return d  # x[0:INT_MAX]

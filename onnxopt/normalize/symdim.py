@@ -4,12 +4,15 @@ A dimension is an int, a symbol (``"seq"``), a product such as
 ``"4*batch*seq"`` (a canonical monomial: integer coefficient, then sorted
 factors), or ``None`` (unknown). Products appear when a Reshape merges
 dimensions; exact division undoes them, which is what Reshape's ``-1`` needs.
-A sum of plain symbols and numbers — a key/value cache concatenated with the new
-keys, ``past + seq`` — is one symbol of its own, ``"(past+seq)"`` (terms sorted), so
-two tensors built the same way have provably equal lengths.
+A sum or difference of plain symbols and numbers — a key/value cache concatenated with
+the new keys, ``past + seq``; the new positions sliced off a mask, ``total - past`` — is
+one symbol of its own, ``"(past+seq)"``, ``"(total-past)"`` (terms sorted, pairs that
+cancel dropped), so two tensors built the same way have provably equal lengths.
 """
 
 from __future__ import annotations
+
+import re
 
 from onnxopt.ir.value import Dim
 
@@ -102,32 +105,44 @@ def sub(a: Dim, b: Dim) -> Dim:
     terms_a, terms_b = _terms(a), _terms(b)
     if terms_a is None or terms_b is None:
         return None
-    rest = list(terms_a)
-    for t in terms_b:
-        if t not in rest:
-            return None
-        rest.remove(t)
-    return _sum(rest) if rest else 0
+    return _sum(terms_a + [(-sign, t) for sign, t in terms_b])
 
 
 def _terms(d: Dim) -> list | None:
-    """The terms of a sum symbol, or ``[d]`` for a plain symbol or number (products: None)."""
+    """Signed terms ``(±1, symbol or number)`` of a sum symbol such as ``"(total-past)"``, or
+    of a plain symbol or number; None for products (a sum of products is not represented)."""
     if isinstance(d, int):
-        return [d]
+        return [(1, d)]
     if d is None or "*" in d:
         return None
-    if d.startswith("(") and d.endswith(")"):
-        return [int(t) if t.lstrip("-").isdigit() else t for t in d[1:-1].split("+")]
-    return None if "+" in d else [d]
+    if not (d.startswith("(") and d.endswith(")")):
+        return [(1, d)]
+    out = []
+    for token in re.findall(r"[+-]?[^+-]+", d[1:-1]):
+        sign = -1 if token.startswith("-") else 1
+        body = token.lstrip("+-")
+        out.append((sign, int(body) if body.isdigit() else body))
+    return out
 
 
 def _sum(terms: list) -> Dim:
-    number = sum(t for t in terms if isinstance(t, int))
-    symbols = sorted(t for t in terms if not isinstance(t, int))
-    if not symbols:
+    number = sum(sign * t for sign, t in terms if isinstance(t, int))
+    counts: dict[str, int] = {}
+    for sign, t in terms:
+        if not isinstance(t, int):
+            counts[t] = counts.get(t, 0) + sign
+    if any(abs(c) > 1 for c in counts.values()):
+        return None  # 2·x is a product, not a sum of distinct symbols
+    plus = sorted(t for t, c in counts.items() if c == 1)
+    minus = sorted(t for t, c in counts.items() if c == -1)
+    if not plus and not minus:
         return number
-    parts = symbols + ([str(number)] if number else [])
-    return parts[0] if len(parts) == 1 else "(" + "+".join(parts) + ")"
+    if len(plus) == 1 and not minus and not number:
+        return plus[0]
+    text = "+".join(plus) + "".join(f"-{t}" for t in minus)
+    if number:
+        text += f"{number:+d}"
+    return "(" + text.lstrip("+") + ")"
 
 
 def evaluate(d: Dim, sizes: dict, default: int = 1) -> int | None:
@@ -137,8 +152,8 @@ def evaluate(d: Dim, sizes: dict, default: int = 1) -> int | None:
     if isinstance(d, int):
         return d
     terms = _terms(d)
-    if terms is not None and len(terms) > 1:
-        return sum(evaluate(t, sizes, default) for t in terms)
+    if terms is not None and (len(terms) > 1 or terms[0][0] < 0):
+        return sum(sign * evaluate(t, sizes, default) for sign, t in terms)
     coef, factors = to_monomial(d)
     for f in factors:
         coef *= sizes.get(f, default)

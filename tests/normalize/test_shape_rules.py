@@ -35,3 +35,18 @@ def test_gather_nd(make_model, batch_dims, indices, want):
                                   providers=["CPUExecutionProvider"]).run(None, feeds)
     sizes = {"n": 2, "m": 6}
     assert got.shape == tuple(sizes.get(d, d) for d in want)
+
+
+def test_slice_after_a_symbolic_start(make_model):
+    """x[:, past:] with past read from another input's shape: total - past positions."""
+    text = """
+    g (int64[batch, total] m, float[batch, 4, past, 8] k) => (int64[batch, ?] y)
+      <int64[1] two = {2}, int64[1] three = {3}, int64[1] last = {9223372036854775807},
+       int64[1] one = {1}> {
+        shape = Shape (k)
+        past = Slice (shape, two, three)
+        y = Slice (m, past, last, one)
+    }"""
+    model = import_model(make_model(text))
+    infer_shapes(model)
+    assert model.graph.outputs[0].shape == ("batch", "(total-past)")

@@ -50,6 +50,11 @@ def test_sum_symbols():
     assert sd.evaluate("(past+seq)", {"past": 7, "seq": 4}) == 11
     assert sd.evaluate("4*batch", {"batch": 2}) == 8
     assert sd.add("4*batch", "seq") is None  # products inside sums are not represented
+    # OPT slices its positions after the cache: total - past, and past + (total - past) = total
+    assert sd.sub("total", "past") == "(total-past)"
+    assert sd.add("past", sd.sub("total", "past")) == "total"
+    assert sd.evaluate("(total-past)", {"total": 11, "past": 7}) == 4
+    assert sd.add("x", "x") is None and sd.sub("x", "x") == 0
 
 
 def test_cached_attention_fuses_with_its_mask_classified(make_model):
