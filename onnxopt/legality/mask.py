@@ -160,22 +160,20 @@ def _evaluate(sess, inputs: list[Value], shape_leaves: list[Value], batch: int, 
 
     One size for every length first; a mask over a key/value cache covers ``past + seq``
     keys and evaluates only when the sizes agree, so mixes are tried next
-    (``verification.inputs.size_alternatives``)."""
-    from onnxopt.verification.inputs import size_alternatives
+    (``verification.inputs.first_consistent``)."""
+    from onnxopt.verification.inputs import first_consistent
 
-    sources = inputs + [v.producer.inputs[0] for v in shape_leaves]
-    base = _symbols(sources, batch, seq)
+    base = _symbols(inputs + [v.producer.inputs[0] for v in shape_leaves], batch, seq)
     lengths = sorted(k for k, size in base.items() if size == seq and "(" not in k)
-    first_error = None
-    for overrides in [{}, *size_alternatives(lengths, seq)]:
+
+    def attempt(overrides):
         symbols = {**base, **overrides}
         feeds = {v.name: _feed(v, symbols, rng, pad=False) for v in inputs}
         feeds.update({v.name: _shape_feed(v, symbols) for v in shape_leaves})
-        try:
-            return symbols, feeds, sess.run(None, feeds)[0]
-        except Exception as e:  # noqa: BLE001 - inconsistent sizes: try the next assignment
-            first_error = first_error or e
-    return str(first_error)
+        return symbols, feeds, sess.run(None, feeds)[0]
+
+    result, error = first_consistent(lengths, seq, attempt)
+    return result if result is not None else str(error)
 
 
 def _symbols(inputs: list[Value], batch: int, seq: int) -> dict:

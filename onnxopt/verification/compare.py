@@ -21,9 +21,9 @@ from onnx import ModelProto
 from onnxopt.errors import ModelError, UsageError
 from onnxopt.verification.inputs import (
     LONG_SEQUENCE,
+    first_consistent,
     length_symbols,
     make_inputs,
-    size_alternatives,
     size_sets,
 )
 
@@ -138,17 +138,16 @@ def _runnable(sess, proto: ModelProto, sizes: dict, seed: int):
 
     quiet = ort.RunOptions()
     quiet.log_severity_level = 4  # a refusal is an answer here, not an error to print
-    first_error = None
-    tries = [None, *size_alternatives(length_symbols(proto), sizes["other"])]
-    for overrides in tries:
+
+    def attempt(overrides):
         feeds = make_inputs(proto, sizes, seed=seed, overrides=overrides)
-        try:
-            return feeds, sess.run(None, feeds, quiet)
-        except Exception as e:  # noqa: BLE001 - inconsistent sizes: try the next assignment
-            if first_error is None:
-                lines = str(e).strip().splitlines() or [type(e).__name__]
-                first_error = lines[-1].split("Status Message: ", 1)[-1][:200]
-    return first_error, None
+        return feeds, sess.run(None, feeds, quiet)
+
+    result, error = first_consistent(length_symbols(proto), sizes["other"], attempt)
+    if result is not None:
+        return result
+    lines = str(error).strip().splitlines() or [type(error).__name__]
+    return lines[-1].split("Status Message: ", 1)[-1][:200], None
 
 
 def compute_tolerance(model: ModelProto) -> float:

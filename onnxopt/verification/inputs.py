@@ -51,6 +51,18 @@ def size_alternatives(symbols: list[str], seq: int, limit: int = 27) -> Iterator
         yield {s: choices[i] for s, i in zip(symbols, combo)}
 
 
+def first_consistent(symbols: list[str], seq: int, attempt):
+    """``attempt(overrides)`` with no override, then with each of :func:`size_alternatives`,
+    until one does not raise: ``(result, None)``, or ``(None, the first exception)``."""
+    first_error = None
+    for overrides in [{}, *size_alternatives(symbols, seq)]:
+        try:
+            return attempt(overrides), None
+        except Exception as e:  # noqa: BLE001 - inconsistent sizes: try the next assignment
+            first_error = first_error or e
+    return None, first_error
+
+
 def make_inputs(model: ModelProto, sizes: dict[str, int], seed: int = 0,
                 overrides: dict[str, int] | None = None) -> dict[str, np.ndarray]:
     """Random feeds for every real graph input of ``model``."""
