@@ -19,6 +19,7 @@ from onnxopt.ir.dtypes import dtype_code
 from onnxopt.ir.graph import Graph
 from onnxopt.ir.model import Model
 from onnxopt.ir.node import Attr, Node
+from onnxopt.ir.opset_spelling import export_form
 from onnxopt.ir.tensor import LazyTensor
 from onnxopt.ir.value import Value
 
@@ -44,18 +45,19 @@ def export_model_lazy(model: Model) -> tuple[ModelProto, dict[str, LazyTensor]]:
     exporter = _Exporter(model)
     graph = exporter.graph(model.graph)
     opsets = dict(model.opset_imports)
-    for node in model.graph.all_nodes():
-        if node.domain not in ("", "ai.onnx") and node.domain not in opsets:
-            opsets[node.domain] = 1
+    for domain in exporter.domains:
+        if domain not in ("", "ai.onnx") and domain not in opsets:
+            opsets[domain] = 1
     proto = helper.make_model(
         graph,
         opset_imports=[helper.make_opsetid(d, v) for d, v in sorted(opsets.items())],
-        producer_name=model.producer_name or "onnxopt",
+        producer_name=model.producer_name,
         producer_version=model.producer_version,
     )
-    proto.domain = model.domain
-    proto.model_version = model.model_version
-    proto.doc_string = model.doc_string
+    _set(proto, "domain", model.domain)
+    if model.model_version:
+        proto.model_version = model.model_version
+    _set(proto, "doc_string", model.doc_string)
     for k, v in model.metadata_props.items():
         proto.metadata_props.add(key=k, value=v)
     proto.functions.extend(model.functions)
@@ -67,26 +69,36 @@ class _Exporter:
     def __init__(self, model: Model) -> None:
         self.model = model
         self.external: dict[str, LazyTensor] = {}
+        self.domains: set[str] = set()  # the domains the written nodes use
+        self._read: set[str] = set()  # names the written nodes read (subgraphs included)
 
     def graph(self, g: Graph) -> GraphProto:
         gp = GraphProto()
         gp.name = g.name
-        gp.doc_string = g.doc_string
+        _set(gp, "doc_string", g.doc_string)
         for v in g.inputs:
             gp.input.append(value_info(v))
         for name, tensor in g.input_defaults.items():
             gp.initializer.append(self.tensor(tensor, name))
-        for v in g.constants.values():
-            gp.initializer.append(self.tensor(v.const, v.name))
         known = {v.name for v in g.inputs} | set(g.constants) | {v.name for v in g.outputs}
         for node in g:
             for n in self.node(node):
                 gp.node.append(n)
             for out in node.outputs:
-                if out.name in known or (out.dtype is None and out.shape is None):
+                if out.name in known or (out.dtype is None and out.shape is None
+                                         and out.type_proto is None):
                     continue
                 if out.name in self.model.declared_value_info or node.created_by:
                     gp.value_info.append(value_info(out))
+        outputs = g.output_set()
+        for v in g.constants.values():
+            # A constant that nodes read in the IR but not in the file was an operand the
+            # model's opset spells as an attribute (Unsqueeze axes before 13): it stays out.
+            if v.num_uses and v.name not in self._read and v not in outputs:
+                continue
+            gp.initializer.append(self.tensor(v.const, v.name))
+        for _, sparse in g.sparse_initializers.values():
+            gp.sparse_initializer.append(sparse)
         for v in g.outputs:
             vi = value_info(v)
             if g is self.model.graph:
@@ -95,7 +107,10 @@ class _Exporter:
         return gp
 
     def node(self, node: Node) -> list[onnx.NodeProto]:
-        inputs = [v.name if v is not None else "" for v in node.inputs]
+        domain, values, attrs = export_form(node, self.model.opset)
+        inputs = [v.name if v is not None else "" for v in values]
+        self._read.update(inputs)
+        self.domains.add(domain)
         pre: list[onnx.NodeProto] = []
         if node.op_type == "MatMul" and node.domain in ("", "ai.onnx"):
             for flag, pos in (("transpose_a", 0), ("transpose_b", 1)):
@@ -103,14 +118,14 @@ class _Exporter:
                     pre.append(self._swap_last_two(node, pos, inputs))
         np_ = onnx.NodeProto()
         np_.op_type = node.op_type
-        np_.domain = node.domain
-        np_.name = node.name
-        np_.doc_string = node.doc_string
+        _set(np_, "domain", domain)
+        _set(np_, "name", "" if node.anonymous else node.name)
+        _set(np_, "doc_string", node.doc_string)
         if node.overload:
             np_.overload = node.overload
         np_.input.extend(inputs)
         np_.output.extend(v.name for v in node.outputs)
-        for name, attr in node.attrs.items():
+        for name, attr in attrs.items():
             np_.attribute.append(self.attribute(name, attr))
         for k, v in node.metadata.items():
             np_.metadata_props.add(key=k, value=v)
@@ -199,6 +214,13 @@ class _Exporter:
         return t
 
 
+def _set(message, field: str, text: str) -> None:
+    """Set a string field only when it says something: an empty string set explicitly is
+    still written (two bytes a field), and a round trip must not make a file heavier."""
+    if text:
+        setattr(message, field, text)
+
+
 def _keep_declared_dims(vi: onnx.ValueInfoProto, declared) -> None:
     """Write back the dims the input file declared for a graph output (inference may know the
     same dim under another name); dims it left open keep what inference found."""
@@ -215,7 +237,10 @@ def _keep_declared_dims(vi: onnx.ValueInfoProto, declared) -> None:
 def value_info(v: Value) -> onnx.ValueInfoProto:
     vi = onnx.ValueInfoProto()
     vi.name = v.name
-    vi.doc_string = v.doc_string
+    _set(vi, "doc_string", v.doc_string)
+    if v.type_proto is not None:
+        vi.type.CopyFrom(v.type_proto)
+        return vi
     if v.dtype is None:
         return vi
     tt = vi.type.tensor_type

@@ -18,13 +18,14 @@ import onnx
 from onnx import AttributeProto, GraphProto, ModelProto, TensorProto
 
 from onnxopt.errors import ModelError
-from onnxopt.importer.load import read_model_proto, resolve_external
+from onnxopt.importer.load import check_versions, read_model_proto, resolve_external
 from onnxopt.importer.semantics import annotate
 from onnxopt.importer.toposort import topological_order
 from onnxopt.ir.dtypes import dtype_name
 from onnxopt.ir.graph import Graph, NameScope
 from onnxopt.ir.model import Model
 from onnxopt.ir.node import Attr, Node
+from onnxopt.ir.opset_spelling import upgrade
 from onnxopt.ir.tensor import LazyTensor
 from onnxopt.ir.value import Shape, Value
 
@@ -33,6 +34,7 @@ def import_model(source: str | ModelProto, *, infer_shapes: bool = True) -> Mode
     """Read a path or ModelProto into the IR (external data referenced, not loaded)."""
     if isinstance(source, ModelProto):
         proto, label, base_dir = source, "<model>", None
+        check_versions(proto, label)
     else:
         path = os.fspath(source)
         proto, label, base_dir = read_model_proto(path), path, os.path.dirname(os.path.abspath(path))
@@ -82,8 +84,12 @@ class _Importer:
         self.base_dir = base_dir
         self.had_external = False
         self.shapes: dict[str, tuple[str | None, Shape]] = {}
+        # Types that are not plain tensors (sequence, optional, map, sparse), kept verbatim.
+        self.other_types: dict[str, onnx.TypeProto] = {}
+        self.opset = 0
 
     def run(self, proto: ModelProto, infer_shapes: bool) -> Model:
+        self.opset = onnx_opset(proto)
         if infer_shapes:
             self._collect_inferred_shapes(proto)
         self._collect_value_info(proto.graph)
@@ -116,6 +122,8 @@ class _Importer:
 
     def _collect_value_info(self, g: GraphProto) -> None:
         for vi in list(g.value_info) + list(g.output) + list(g.input):
+            if vi.type.WhichOneof("value") not in (None, "tensor_type"):
+                self.other_types.setdefault(vi.name, vi.type)
             dtype, shape = type_of(vi.type)
             old = self.shapes.get(vi.name)
             if old is None or (old[1] is None and shape is not None) or old[0] is None:
@@ -127,26 +135,29 @@ class _Importer:
 
     def _typed_value(self, name: str) -> Value:
         dtype, shape = self.shapes.get(name, (None, None))
-        return Value(name, dtype, shape)
+        v = Value(name, dtype, shape)
+        v.type_proto = self.other_types.get(name)
+        return v
 
     # --- graphs ---------------------------------------------------------------------------------
     def _graph(self, g: GraphProto, scope: _Scope, names: NameScope, parent: Node | None) -> Graph:
         graph = Graph(g.name or "main", parent=parent, names=names)
         graph.doc_string = g.doc_string
         initializers = {t.name: t for t in g.initializer}
-        if len(g.sparse_initializer):
-            raise ModelError(f"{self.label}: sparse initializers are not supported")
         for vi in g.input:
-            self._claim(names, vi.name, "graph input")
+            self._claim(scope, names, vi.name, "graph input")
             dtype, shape = type_of(vi.type)
             v = graph.add_input(vi.name, dtype, shape)
+            v.type_proto = _other_type(vi.type)
             scope.values[vi.name] = v
             if vi.name in initializers:
                 graph.input_defaults[vi.name] = self._tensor(initializers.pop(vi.name))
             v.doc_string = vi.doc_string
         for name, t in initializers.items():
-            self._claim(names, name, "initializer")
+            self._claim(scope, names, name, "initializer")
             scope.values[name] = graph.add_constant(self._tensor(t), name, exact_name=True)
+        for sparse in g.sparse_initializer:
+            scope.values[sparse.values.name] = self._sparse(sparse, graph, scope, names)
         for node_proto in topological_order(g, scope.lookup, self.label):
             self._node(node_proto, graph, scope)
         outputs = []
@@ -159,6 +170,8 @@ class _Importer:
                 v.dtype = dtype
             if shape is not None:
                 v.shape = shape
+            if v.type_proto is None:
+                v.type_proto = _other_type(vi.type)
             outputs.append(v)
         if len({o.name for o in outputs}) != len(outputs) and parent is None:
             dup = next(o.name for o in outputs if [p.name for p in outputs].count(o.name) > 1)
@@ -166,22 +179,35 @@ class _Importer:
         graph.set_outputs(outputs)
         return graph
 
-    def _claim(self, names: NameScope, name: str, what: str) -> None:
-        if name in names.taken:
+    def _claim(self, scope: _Scope, names: NameScope, name: str, what: str) -> None:
+        """Names are unique within one graph; sibling subgraphs (two Scan bodies) may reuse
+        them, and a subgraph's own name hides an enclosing one, as in ONNX's scoping."""
+        if name in scope.values:
             raise ModelError(f"{self.label}: duplicate name '{name}' ({what} defined twice)")
         names.claim(name)
+
+    def _sparse(self, sparse: onnx.SparseTensorProto, graph: Graph, scope: _Scope,
+                names: NameScope) -> Value:
+        """A sparse initializer: a Value nodes can read, its proto kept for export."""
+        name = sparse.values.name
+        self._claim(scope, names, name, "sparse initializer")
+        v = Value(name, dtype_name(sparse.values.data_type), tuple(sparse.dims))
+        v.graph = graph
+        graph.sparse_initializers[name] = (v, sparse)
+        return v
 
     def _node(self, p: onnx.NodeProto, graph: Graph, scope: _Scope) -> None:
         if p.op_type == "Constant" and p.domain in ("", "ai.onnx") and len(p.output) == 1:
             tensor = self._constant_node_tensor(p)
             if tensor is not None:
-                self._claim(graph.names, p.output[0], "node output")
+                self._claim(scope, graph.names, p.output[0], "node output")
                 v = graph.add_constant(tensor, p.output[0], exact_name=True)
                 _apply_type(v, self.shapes.get(p.output[0]))
                 scope.values[p.output[0]] = v
                 return
         # Unnamed nodes get a name, so explanations and errors can point at them.
         node = Node(p.op_type, p.domain, p.name or graph.names.fresh(p.op_type))
+        node.anonymous = not p.name
         node.doc_string = p.doc_string
         node.overload = getattr(p, "overload", "")
         node.metadata = {m.key: m.value for m in getattr(p, "metadata_props", [])}
@@ -200,13 +226,15 @@ class _Importer:
             if not name:
                 name = graph.names.fresh(f"{p.name or p.op_type}_unused{i}")
             else:
-                self._claim(graph.names, name, "node output")
+                self._claim(scope, graph.names, name, "node output")
             v = self._typed_value(name)
             v.producer, v.index = node, i
             node.outputs.append(v)
             scope.values[name] = v
         graph.append(node)
         graph.set_inputs(node, inputs)
+        if node.domain in ("", "ai.onnx"):
+            upgrade(node, graph, self.opset)
         annotate(node)
 
     # --- tensors and attributes -----------------------------------------------------------------
@@ -276,6 +304,16 @@ def _constant_from_attr(a: AttributeProto) -> LazyTensor | None:
     if a.name == "value_ints":
         return LazyTensor.from_array(np.array(list(a.ints), dtype=np.int64))
     return None
+
+
+def onnx_opset(proto: ModelProto) -> int:
+    """The model's ONNX-domain opset (0 when it imports none, as ML-only models do)."""
+    return next((imp.version for imp in proto.opset_import if imp.domain in ("", "ai.onnx")), 0)
+
+
+def _other_type(tp: onnx.TypeProto) -> onnx.TypeProto | None:
+    """``tp`` itself when it is not a plain tensor type (sequence, optional, map, sparse)."""
+    return tp if tp.WhichOneof("value") not in (None, "tensor_type") else None
 
 
 def type_of(tp: onnx.TypeProto) -> tuple[str | None, Shape]:

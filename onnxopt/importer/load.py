@@ -21,7 +21,6 @@ from onnxopt.ir.dtypes import dtype_name, numpy_dtype
 from onnxopt.ir.tensor import ExternalLocation
 
 MIN_IR_VERSION = 3
-MIN_OPSET = 13
 # Strings have no fixed size; 4-bit types pack two elements per byte.
 _UNSIZED = frozenset({"string", "int4", "uint4", "float4e2m1"})
 
@@ -60,18 +59,17 @@ def parse_model_bytes(data: bytes, label: str) -> ModelProto:
 
 
 def check_versions(model: ModelProto, label: str) -> None:
+    """Refuse only what no runtime could load: an IR version outside ONNX's range, or an ONNX
+    opset newer than any released one. Every older opset (ONNX Runtime runs 7 and later, and
+    onnxopt keeps what it does not model untouched) and models that import no ONNX domain at
+    all (``ai.onnx.ml`` only) go through."""
     if model.ir_version < MIN_IR_VERSION or model.ir_version > onnx.IR_VERSION:
         raise ModelError(f"{label}: unsupported IR version {model.ir_version} "
                          f"(supported: {MIN_IR_VERSION} to {onnx.IR_VERSION})")
-    opset = None
     for imp in model.opset_import:
-        if imp.domain in ("", "ai.onnx"):
-            opset = imp.version
-    if opset is None:
-        raise ModelError(f"{label}: no opset import for the ONNX domain")
-    if opset < MIN_OPSET or opset > max_opset():
-        raise ModelError(f"{label}: unsupported opset {opset} "
-                         f"(supported: {MIN_OPSET} to {max_opset()})")
+        if imp.domain in ("", "ai.onnx") and (imp.version < 1 or imp.version > max_opset()):
+            raise ModelError(f"{label}: unsupported opset {imp.version} "
+                             f"(supported: 1 to {max_opset()})")
 
 
 def resolve_external(tensor: TensorProto, base_dir: str | None, label: str) -> ExternalLocation:

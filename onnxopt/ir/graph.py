@@ -59,6 +59,7 @@ class Graph:
         "names",
         "outputs",
         "parent",
+        "sparse_initializers",
     )
 
     def __init__(self, name: str = "main", *, parent: Node | None = None,
@@ -76,6 +77,9 @@ class Graph:
         self._output_set: set[Value] | None = None
         # Initializers that share a name with a graph input: defaults a caller may override.
         self.input_defaults: dict[str, LazyTensor] = {}
+        # Sparse initializers, kept as their protos (no pass reads sparse numbers), each with
+        # the Value that nodes read: name -> (Value, SparseTensorProto).
+        self.sparse_initializers: dict[str, tuple[Value, object]] = {}
 
     # --- walking ----------------------------------------------------------------------------
     def __iter__(self) -> Iterator[Node]:

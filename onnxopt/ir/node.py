@@ -15,6 +15,10 @@ if TYPE_CHECKING:
     from onnxopt.ir.graph import Graph
     from onnxopt.ir.value import Value
 
+LEGACY_DOMAIN = "onnxopt.legacy"
+"""Where standard-domain nodes of a meaning onnxopt does not model wait, untouched, until
+export (see :mod:`onnxopt.ir.opset_spelling`); ``sem["onnx_domain"]`` keeps their domain."""
+
 
 @dataclass(slots=True)
 class Attr:
@@ -31,6 +35,7 @@ class Node:
         "_inputs",
         "_next",
         "_prev",
+        "anonymous",
         "attrs",
         "created_by",
         "doc_string",
@@ -59,6 +64,9 @@ class Node:
         self.doc_string = ""
         self.overload = ""
         self.metadata: dict[str, str] = {}
+        # The file gave this node no name: the IR names it (so reasons can point at it), the
+        # exporter writes it back nameless (names are bytes, and a round trip adds none).
+        self.anonymous = False
 
     @property
     def inputs(self) -> tuple[Value | None, ...]:
@@ -90,7 +98,8 @@ class Node:
 
     @property
     def qualified_op(self) -> str:
-        return self.op_type if self.domain in ("", "ai.onnx") else f"{self.domain}::{self.op_type}"
+        domain = self.sem.get("onnx_domain", "") if self.domain == LEGACY_DOMAIN else self.domain
+        return self.op_type if domain in ("", "ai.onnx") else f"{domain}::{self.op_type}"
 
     def __repr__(self) -> str:
         from onnxopt.ir.printer import format_node

@@ -37,6 +37,7 @@ class Value:
         "producer",
         "shape",
         "sym",
+        "type_proto",
     )
 
     def __init__(self, name: str, dtype: str | None = None, shape: Shape = None) -> None:
@@ -52,6 +53,9 @@ class Value:
         # For small integer tensors computed from shapes: their elements, each an int, a
         # symbol such as "seq", or None (filled by normalize.shapes; shape-arithmetic folding).
         self.sym: tuple[Dim, ...] | None = None
+        # The ONNX TypeProto of a value that is not a plain tensor (sequence, optional, map,
+        # sparse tensor), kept verbatim so it survives a round trip; None for tensors.
+        self.type_proto = None
 
     # --- what produces it -------------------------------------------------------------------
     @property

@@ -25,14 +25,13 @@ def verify_graph(graph: Graph) -> None:
 
 
 class _Verifier:
-    def __init__(self) -> None:
-        self.names: set[str] = set()
-
     def graph(self, graph: Graph, visible: set[int]) -> None:
         defined = set(visible)
+        names: set[str] = set()  # per graph: sibling subgraphs may reuse a name (ONNX scoping)
         expected_uses: Counter = Counter()
-        for v in list(graph.inputs) + list(graph.constants.values()):
-            self._define(v, defined)
+        sparse = [v for v, _ in graph.sparse_initializers.values()]
+        for v in list(graph.inputs) + list(graph.constants.values()) + sparse:
+            self._define(v, defined, names)
             if v.producer is not None:
                 raise IRVerificationError(f"%{v.name}: graph input or constant has a producer")
         count = 0
@@ -58,7 +57,7 @@ class _Verifier:
             for k, out in enumerate(node.outputs):
                 if out.producer is not node or out.index != k:
                     raise IRVerificationError(f"%{out.name}: producer/index do not match {node.name}")
-                self._define(out, defined)
+                self._define(out, defined, names)
         if count != len(graph):
             raise IRVerificationError(f"graph {graph.name}: node count {len(graph)} != {count}")
         for v in graph.outputs:
@@ -66,15 +65,16 @@ class _Verifier:
                 raise IRVerificationError(f"graph output %{v.name} is not defined in {graph.name}")
         self._check_use_lists(graph)
 
-    def _define(self, v: Value, defined: set[int]) -> None:
-        if v.name in self.names:
+    def _define(self, v: Value, defined: set[int], names: set[str]) -> None:
+        if v.name in names:
             raise IRVerificationError(f"%{v.name}: name defined twice (SSA)")
-        self.names.add(v.name)
+        names.add(v.name)
         defined.add(id(v))
         _check_shape(v)
 
     def _check_use_lists(self, graph: Graph) -> None:
         values = list(graph.inputs) + list(graph.constants.values())
+        values.extend(v for v, _ in graph.sparse_initializers.values())
         for node in graph:
             values.extend(node.outputs)
         for v in values:

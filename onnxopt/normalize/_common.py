@@ -121,6 +121,28 @@ def broadcast_shape(*shapes: Shape) -> Shape:
     return tuple(out)
 
 
+_INT_MAX = (2**31 - 1, 2**63 - 1)
+
+
+def ort_slice(dim: int, start: int, end: int, step: int) -> slice:
+    """The Python slice that ONNX Runtime's Slice takes on an axis of size ``dim``: bounds
+    clamped per the step's direction, and INT_MAX as an end meaning "to the end" whichever
+    way the step goes (ORT's reading, which the ONNX spec's clamping alone would not give)."""
+    if end in _INT_MAX:
+        end = dim if step > 0 else -dim - 1
+    if start < 0:
+        start += dim
+    if end < 0:
+        end += dim
+    if dim == 0:
+        return slice(0, 0)
+    if step > 0:
+        return slice(min(max(start, 0), dim), min(max(end, 0), dim), step)
+    start = min(max(start, 0), dim - 1)
+    end = min(max(end, -1), dim - 1)
+    return slice(start, end if end >= 0 else None, step)
+
+
 def int_attr(value: int) -> Attr:
     return Attr(AttributeProto.INT, int(value))
 

@@ -15,8 +15,11 @@ value whose shape is fully static fold even when the value is not constant.
 
 Never folded: random or side-effecting ops, non-standard domains, nodes with
 subgraphs, outputs that are graph outputs (an output's name must stay a node
-output), and anything whose result would exceed 1,000,000 elements or 16 MB:
-a constant that large costs more on disk than the computation costs at run time.
+output), anything whose result would exceed 1,000,000 elements or 16 MB, and
+anything that makes the model heavier than the constants it frees by more than
+4 KB (a dequantized int8 weight, a materialised broadcast): the output of
+onnxopt is never bigger than its input. A folded value must also keep the
+dtype and shape that the model's own inference gives it.
 """
 
 from __future__ import annotations
@@ -33,11 +36,15 @@ from onnxopt.ir.graph import Graph
 from onnxopt.ir.model import Model
 from onnxopt.ir.node import Node
 from onnxopt.ir.tensor import LazyTensor
-from onnxopt.normalize._common import STANDARD_DOMAINS, all_graphs, static_shape
+from onnxopt.normalize._common import STANDARD_DOMAINS, all_graphs, ort_slice, static_shape
+from onnxopt.normalize.shape_rules import RULES
 
 MAX_ELEMENTS = 1_000_000
 MAX_BYTES = 16 * 1024 * 1024
-_INT32_MAX, _INT64_MAX = 2**31 - 1, 2**63 - 1
+# A fold may make the file this much heavier than the constants it frees (shape vectors, small
+# masks); beyond that, the output would be bigger than the input — dequantized int8 weights
+# turned into float32, a broadcast materialised — and folding is a loss.
+MAX_GROWTH_BYTES = 4096
 
 NEVER_FOLD = frozenset({
     "RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike", "Multinomial",
@@ -87,14 +94,18 @@ def _try_fold(model: Model, graph: Graph, node: Node) -> bool:
     if results is None or len(results) != len(outs):
         return False
     arrays = []
-    for out, r in zip(outs, results):
+    for out, r, expected in zip(outs, results, _expected_shapes(node)):
         if not isinstance(r, np.ndarray) or r.dtype.kind not in "biufc":
             return False
         if _too_big(r.size, r.nbytes):
             return False
         if out.dtype is not None and from_numpy(r.dtype) != out.dtype:
             return False  # the evaluator disagrees with the model's declared type: do not guess
+        if not _shape_agrees(expected, r.shape):
+            return False  # ... or with the shape inference knows: a fold must not change it
         arrays.append(np.array(r, order="C"))  # (ascontiguousarray turns 0-d into 1-d)
+    if sum(a.nbytes for a in arrays) > _freed_bytes(node) + MAX_GROWTH_BYTES:
+        return False  # the constant would weigh more than the computation it replaces
     if node.op_type == "Identity" and node.inputs[0].const is not None:
         graph.replace_all_uses(outs[0], node.inputs[0])  # no copy of the same numbers
         graph.remove(node)
@@ -105,6 +116,44 @@ def _try_fold(model: Model, graph: Graph, node: Node) -> bool:
             graph.replace_all_uses(out, const)
     graph.remove(node)
     return True
+
+
+def _expected_shapes(node: Node) -> list:
+    """The shapes the node's outputs must have: its shape rule's answer (which follows ONNX
+    Runtime), else what the model's own inference recorded."""
+    known = [o.shape for o in node.outputs]
+    rule = RULES.get(node.op_type)
+    if rule is None:
+        return known
+    try:
+        result = rule(node) or []
+    except Exception:  # noqa: BLE001 - an odd node: the recorded shapes decide
+        return known
+    return [r[1] if i < len(result) and (r := result[i])[1] is not None else k
+            for i, k in enumerate(known)]
+
+
+def _shape_agrees(declared, actual: tuple[int, ...]) -> bool:
+    """A folded value keeps the shape the model says it has: same rank, same static dims
+    (a symbolic or unknown dim may take any size)."""
+    if declared is None:
+        return True
+    if len(declared) != len(actual):
+        return False
+    return all(not isinstance(d, int) or d == a for d, a in zip(declared, actual))
+
+
+def _freed_bytes(node: Node) -> int:
+    """Bytes of the constants that die with ``node`` (read by it alone)."""
+    seen: set[int] = set()
+    freed = 0
+    for v in node.inputs:
+        if v is None or v.const is None or id(v) in seen or v.is_graph_output:
+            continue
+        seen.add(id(v))
+        if all(user is node for user, _ in v._uses):
+            freed += v.const.nbytes
+    return freed
 
 
 def _too_big(size: int, nbytes: int) -> bool:
@@ -387,23 +436,9 @@ def _slice(node: Node, a: list) -> list | None:
         return None
     index = [slice(None)] * data.ndim
     for st, en, ax, sp in zip(starts, ends, axes_n, steps):
-        dim = data.shape[ax]
         if sp == 0:
             return None
-        if en in (_INT32_MAX, _INT64_MAX):
-            en = dim if sp > 0 else -dim - 1  # ORT: "to the end" in the step's direction
-        if st < 0:
-            st += dim
-        if en < 0:
-            en += dim
-        if dim == 0:
-            index[ax] = slice(0, 0)
-        elif sp > 0:
-            index[ax] = slice(min(max(st, 0), dim), min(max(en, 0), dim), sp)
-        else:
-            st = min(max(st, 0), dim - 1)
-            en = min(max(en, -1), dim - 1)
-            index[ax] = slice(st, en if en >= 0 else None, sp)
+        index[ax] = ort_slice(data.shape[ax], st, en, sp)
     return [data[tuple(index)]]
 
 

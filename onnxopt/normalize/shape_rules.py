@@ -12,6 +12,7 @@ from __future__ import annotations
 from onnxopt.ir.node import Node
 from onnxopt.ir.value import Value
 from onnxopt.normalize import symdim as sd
+from onnxopt.normalize._common import ort_slice
 
 UNARY = {"Identity", "Neg", "Sqrt", "Exp", "Log", "Abs", "Relu", "Sigmoid", "Tanh", "Erf", "Softmax",
          "LogSoftmax", "Reciprocal", "Sin", "Cos", "Floor", "Ceil", "Gelu", "HardSigmoid",
@@ -238,7 +239,9 @@ def slice_op(node: Node):
 
 def _sliced_dim(d, start, end, step):
     if isinstance(d, int) and isinstance(start, int) and isinstance(end, int):
-        return len(range(*slice(start, end, step).indices(d)))
+        if step == 0:
+            return None
+        return len(range(*ort_slice(d, start, end, step).indices(d)))
     if step != 1:
         return None
     if isinstance(start, str) and isinstance(end, int) and end >= 2**62:

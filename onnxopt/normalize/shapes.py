@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from onnxopt.importer.semantics import annotate
 from onnxopt.ir.edit import remove_if_dead, replace_value
 from onnxopt.ir.graph import Graph
 from onnxopt.ir.model import Model
@@ -51,12 +52,14 @@ def _infer_graph(graph: Graph) -> int:
         for v in node.inputs:
             if v is not None and v.const is not None and v.sym is None:
                 _constant_sym(v)
+        axes = node.sem.get("axes")
+        if isinstance(axes, tuple) and any(a < 0 for a in axes):
+            annotate(node)  # an input's rank became known: make the axes explicit
+        if not node.inputs or node.inputs[0] is None:
+            continue  # a malformed node (ORT refuses it at run time): nothing to infer
         rule = RULES.get(node.op_type)
         if rule is not None:
-            try:
-                result = rule(node)
-            except (ValueError, TypeError, IndexError, KeyError, ZeroDivisionError):
-                result = None
+            result = _apply(rule, node)
             if result is not None:
                 for out, (dtype, shape) in zip(node.outputs, result):
                     _merge(out, dtype, shape)
@@ -65,13 +68,34 @@ def _infer_graph(graph: Graph) -> int:
                 out.shape = _clean_shape(out.shape)
         sym_rule = SYM_RULES.get(node.op_type)
         if sym_rule is not None and len(node.outputs) == 1:
-            try:
-                node.output.sym = sym_rule(node)
-            except (ValueError, TypeError, IndexError, KeyError, ZeroDivisionError):
-                node.output.sym = None
+            node.output.sym = _contents(node, _apply(sym_rule, node))
             if node.output.sym is not None and _fold(graph, node):
                 folds += 1
     return folds
+
+
+def _apply(rule, node: Node):
+    """A rule's answer, or ``None`` where the node is malformed in a way the rule did not
+    foresee (an omitted input, an attribute of the wrong type): inference is a hint, and a
+    malformed node is ONNX Runtime's to refuse, not ours."""
+    try:
+        return rule(node)
+    except (ValueError, TypeError, IndexError, KeyError, ZeroDivisionError, AttributeError,
+            OverflowError):
+        return None
+
+
+def _contents(node: Node, sym):
+    """Contents are tracked for 0-d and 1-d values only: a flat tuple cannot say the shape of
+    anything larger (the reflect-padding idiom reshapes pads to ``[-1, 2]``)."""
+    shape = node.output.shape
+    if sym is None or shape is None or len(shape) > 1:
+        return None
+    if len(shape) == 0 and len(sym) != 1:
+        return None
+    if len(shape) == 1 and isinstance(shape[0], int) and shape[0] != len(sym):
+        return None
+    return tuple(sym)
 
 
 def _merge(out: Value, dtype: str | None, shape) -> None:
@@ -106,10 +130,10 @@ def _fold(graph: Graph, node: Node) -> bool:
         return False
     if out.dtype not in ("int64", "int32"):
         return False
-    arr = np.array(out.sym, dtype=np.int64 if out.dtype == "int64" else np.int32)
-    arr = arr.reshape(out.shape) if out.shape == () else arr
-    if len(out.shape) == 1 and out.shape[0] != len(out.sym):
+    if not all(isinstance(d, int) for d in out.shape) or int(np.prod(out.shape)) != len(out.sym):
         return False
+    arr = np.array(out.sym, dtype=np.int64 if out.dtype == "int64" else np.int32)
+    arr = arr.reshape(out.shape)
     const = graph.add_constant(LazyTensor.from_array(arr), hint=out.name + "_folded")
     const.sym = out.sym
     if not replace_value(graph, out, const):
