@@ -43,13 +43,13 @@ def run(model: Model, options: OptimizeOptions) -> FusionReport | None:
     target = make_target(options.target, determinism=options.determinism,
                          ort_version=options.ort_version, opset=options.opset)
     rules = selected_rules(options)
-    report = fuse(model, rules, target, debug=options.debug)
+    report = fuse(model, rules, target, debug=options.debug, hold_back=options.skips_region)
     for _ in range(MAX_ROUNDS - 1):
         before = _fused_nodes(model)
         normalize.run(model, options)
         if _fused_nodes(model) == before:
             break
-        again = fuse(model, rules, target, debug=options.debug)
+        again = fuse(model, rules, target, debug=options.debug, hold_back=options.skips_region)
         # Every candidate is matched again: keep the first round's fusions, and the second
         # round's word on everything (what still cannot fuse, and why).
         report.regions = [r for r in report.regions if r.status == "fused"] + again.regions

@@ -22,6 +22,10 @@ class OptimizeOptions:
     signature on this machine and stores the decisions in ``tune_cache``
     (None: ``~/.cache/onnxopt/tuning.json``); a ``tune_cache`` without ``tune``
     is only read.
+
+    ``hold_back`` names what this run must not do, as the safeguard finds it
+    (:mod:`onnxopt.safeguard`): ``"pass:NAME"`` skips a normalization pass,
+    ``"fuse:RULE@ROOT"`` one fusion region (the rule at the node it ends at).
     """
 
     target: str | None = None
@@ -34,3 +38,10 @@ class OptimizeOptions:
     tune_cache: str | None = None
     fuse: bool = True
     debug: bool = False
+    hold_back: frozenset[str] = field(default_factory=frozenset)
+
+    def skips_pass(self, name: str) -> bool:
+        return f"pass:{name}" in self.hold_back
+
+    def skips_region(self, rule: str, root: str) -> bool:
+        return f"fuse:{rule}@{root}" in self.hold_back

@@ -99,10 +99,17 @@ class _Exporter:
             gp.initializer.append(self.tensor(v.const, v.name))
         for _, sparse in g.sparse_initializers.values():
             gp.sparse_initializer.append(sparse)
-        for v in g.outputs:
+        declared = g.declared_output_types
+        if declared is not None and len(declared) != len(g.outputs):
+            declared = None
+        for k, v in enumerate(g.outputs):
             vi = value_info(v)
             if g is self.model.graph:
                 _keep_declared_dims(vi, self.model.declared_outputs.get(v.name))
+            elif declared is not None:
+                vi.ClearField("type")
+                if declared[k].WhichOneof("value") is not None:
+                    vi.type.CopyFrom(declared[k])
             gp.output.append(vi)
         return gp
 

@@ -83,18 +83,21 @@ class _Importer:
         self.label = label
         self.base_dir = base_dir
         self.had_external = False
-        self.shapes: dict[str, tuple[str | None, Shape]] = {}
-        # Types that are not plain tensors (sequence, optional, map, sparse), kept verbatim.
-        self.other_types: dict[str, onnx.TypeProto] = {}
+        # Types by graph (a path of (node index, attribute, k) from the main graph: sibling
+        # subgraphs may reuse a name with another type) and name: (dtype, shape) of tensors,
+        # and TypeProtos of what is not a plain tensor (sequence, optional, map, sparse).
+        self.shapes: dict[tuple, dict[str, tuple[str | None, Shape]]] = {}
+        self.other_types: dict[tuple, dict[str, onnx.TypeProto]] = {}
+        self._path: tuple = ()
         self.opset = 0
 
     def run(self, proto: ModelProto, infer_shapes: bool) -> Model:
         self.opset = onnx_opset(proto)
         if infer_shapes:
             self._collect_inferred_shapes(proto)
-        self._collect_value_info(proto.graph)
+        self._collect_value_info(proto.graph, ())
         declared = set(_declared_names(proto.graph))
-        graph = self._graph(proto.graph, _Scope(), NameScope(), parent=None)
+        graph = self._graph(proto.graph, _Scope(), NameScope(), parent=None, path=())
         return Model(
             graph=graph,
             opset_imports={imp.domain: imp.version for imp in proto.opset_import},
@@ -118,29 +121,43 @@ class _Importer:
             inferred = onnx.shape_inference.infer_shapes(proto, strict_mode=False)
         except Exception:  # noqa: BLE001 - shape inference is a hint; the graph is checked below
             return
-        self._collect_value_info(inferred.graph)
+        self._collect_value_info(inferred.graph, ())
 
-    def _collect_value_info(self, g: GraphProto) -> None:
+    def _collect_value_info(self, g: GraphProto, path: tuple) -> None:
+        shapes = self.shapes.setdefault(path, {})
+        others = self.other_types.setdefault(path, {})
         for vi in list(g.value_info) + list(g.output) + list(g.input):
             if vi.type.WhichOneof("value") not in (None, "tensor_type"):
-                self.other_types.setdefault(vi.name, vi.type)
+                others.setdefault(vi.name, vi.type)
             dtype, shape = type_of(vi.type)
-            old = self.shapes.get(vi.name)
+            old = shapes.get(vi.name)
             if old is None or (old[1] is None and shape is not None) or old[0] is None:
-                self.shapes[vi.name] = (dtype, shape)
-        for node in g.node:
+                shapes[vi.name] = (dtype, shape)
+        for i, node in enumerate(g.node):
             for a in node.attribute:
-                for sub in ([a.g] if a.type == AttributeProto.GRAPH else list(a.graphs)):
-                    self._collect_value_info(sub)
+                for k, sub in enumerate([a.g] if a.type == AttributeProto.GRAPH else a.graphs):
+                    self._collect_value_info(sub, (*path, (i, a.name, k)))
+
+    def _type(self, name: str) -> tuple[str | None, Shape] | None:
+        return self.shapes.get(self._path, {}).get(name)
 
     def _typed_value(self, name: str) -> Value:
-        dtype, shape = self.shapes.get(name, (None, None))
+        dtype, shape = self._type(name) or (None, None)
         v = Value(name, dtype, shape)
-        v.type_proto = self.other_types.get(name)
+        v.type_proto = self.other_types.get(self._path, {}).get(name)
         return v
 
     # --- graphs ---------------------------------------------------------------------------------
-    def _graph(self, g: GraphProto, scope: _Scope, names: NameScope, parent: Node | None) -> Graph:
+    def _graph(self, g: GraphProto, scope: _Scope, names: NameScope, parent: Node | None,
+               path: tuple) -> Graph:
+        outer_path, self._path = self._path, path
+        try:
+            return self._graph_at(g, scope, names, parent)
+        finally:
+            self._path = outer_path
+
+    def _graph_at(self, g: GraphProto, scope: _Scope, names: NameScope,
+                  parent: Node | None) -> Graph:
         graph = Graph(g.name or "main", parent=parent, names=names)
         graph.doc_string = g.doc_string
         initializers = {t.name: t for t in g.initializer}
@@ -158,8 +175,8 @@ class _Importer:
             scope.values[name] = graph.add_constant(self._tensor(t), name, exact_name=True)
         for sparse in g.sparse_initializer:
             scope.values[sparse.values.name] = self._sparse(sparse, graph, scope, names)
-        for node_proto in topological_order(g, scope.lookup, self.label):
-            self._node(node_proto, graph, scope)
+        for index, node_proto in topological_order(g, scope.lookup, self.label):
+            self._node(node_proto, graph, scope, index)
         outputs = []
         for vi in g.output:
             v = scope.lookup(vi.name)
@@ -177,6 +194,8 @@ class _Importer:
             dup = next(o.name for o in outputs if [p.name for p in outputs].count(o.name) > 1)
             raise ModelError(f"{self.label}: graph output '{dup}' is listed twice")
         graph.set_outputs(outputs)
+        if parent is not None:
+            graph.declared_output_types = [vi.type for vi in g.output]
         return graph
 
     def _claim(self, scope: _Scope, names: NameScope, name: str, what: str) -> None:
@@ -196,13 +215,13 @@ class _Importer:
         graph.sparse_initializers[name] = (v, sparse)
         return v
 
-    def _node(self, p: onnx.NodeProto, graph: Graph, scope: _Scope) -> None:
+    def _node(self, p: onnx.NodeProto, graph: Graph, scope: _Scope, index: int) -> None:
         if p.op_type == "Constant" and p.domain in ("", "ai.onnx") and len(p.output) == 1:
             tensor = self._constant_node_tensor(p)
             if tensor is not None:
                 self._claim(scope, graph.names, p.output[0], "node output")
                 v = graph.add_constant(tensor, p.output[0], exact_name=True)
-                _apply_type(v, self.shapes.get(p.output[0]))
+                _apply_type(v, self._type(p.output[0]))
                 scope.values[p.output[0]] = v
                 return
         # Unnamed nodes get a name, so explanations and errors can point at them.
@@ -211,7 +230,8 @@ class _Importer:
         node.doc_string = p.doc_string
         node.overload = getattr(p, "overload", "")
         node.metadata = {m.key: m.value for m in getattr(p, "metadata_props", [])}
-        node.attrs = {a.name: self._attr(a, graph, scope, node) for a in p.attribute}
+        where = (*self._path, index)
+        node.attrs = {a.name: self._attr(a, graph, scope, node, where) for a in p.attribute}
         inputs = []
         for name in p.input:
             if not name:
@@ -252,7 +272,9 @@ class _Importer:
             return self._tensor(a.t)
         return _constant_from_attr(a)
 
-    def _attr(self, a: AttributeProto, graph: Graph, scope: _Scope, node: Node) -> Attr:
+    def _attr(self, a: AttributeProto, graph: Graph, scope: _Scope, node: Node,
+              where: tuple) -> Attr:
+        """``where``: the path of the node's graph plus the node's index (subgraphs' types)."""
         t = a.type
         if a.ref_attr_name:
             return Attr(t, ("ref", a.ref_attr_name))
@@ -265,7 +287,8 @@ class _Importer:
         if t == AttributeProto.TENSOR:
             return Attr(t, self._tensor(a.t))
         if t == AttributeProto.GRAPH:
-            return Attr(t, self._subgraph(a.g, graph, scope, node))
+            return Attr(t, self._subgraph(a.g, graph, scope, node, (*where[:-1], (where[-1],
+                                                                                 a.name, 0))))
         if t == AttributeProto.FLOATS:
             return Attr(t, tuple(a.floats))
         if t == AttributeProto.INTS:
@@ -273,14 +296,17 @@ class _Importer:
         if t == AttributeProto.STRINGS:
             return Attr(t, tuple(s.decode("utf-8", errors="surrogateescape") for s in a.strings))
         if t == AttributeProto.GRAPHS:
-            return Attr(t, tuple(self._subgraph(g, graph, scope, node) for g in a.graphs))
+            return Attr(t, tuple(self._subgraph(g, graph, scope, node,
+                                                (*where[:-1], (where[-1], a.name, k)))
+                                 for k, g in enumerate(a.graphs)))
         if t == AttributeProto.TENSORS:
             return Attr(t, tuple(self._tensor(x) for x in a.tensors))
         # sparse tensors and type protos: kept verbatim
         return Attr(t, ("proto", a))
 
-    def _subgraph(self, g: GraphProto, outer: Graph, scope: _Scope, node: Node) -> Graph:
-        return self._graph(g, _Scope(scope), outer.names, parent=node)
+    def _subgraph(self, g: GraphProto, outer: Graph, scope: _Scope, node: Node,
+                  path: tuple) -> Graph:
+        return self._graph(g, _Scope(scope), outer.names, parent=node, path=path)
 
 
 def _declared_names(g: GraphProto):

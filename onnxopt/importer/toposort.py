@@ -17,7 +17,9 @@ from onnx import AttributeProto, GraphProto, NodeProto
 from onnxopt.errors import ModelError
 
 
-def topological_order(g: GraphProto, lookup: Callable[[str], object], label: str) -> list[NodeProto]:
+def topological_order(g: GraphProto, lookup: Callable[[str], object], label: str
+                      ) -> list[tuple[int, NodeProto]]:
+    """``(index in g.node, node)`` in an order where every node follows what it reads."""
     nodes = list(g.node)
     producer: dict[str, int] = {}
     for i, n in enumerate(nodes):
@@ -47,11 +49,12 @@ def topological_order(g: GraphProto, lookup: Callable[[str], object], label: str
                 in_order = False
         deps.append(mine)
     if in_order:
-        return nodes
+        return list(enumerate(nodes))
     return _kahn(nodes, deps, label)
 
 
-def _kahn(nodes: list[NodeProto], deps: list[list[int]], label: str) -> list[NodeProto]:
+def _kahn(nodes: list[NodeProto], deps: list[list[int]], label: str
+          ) -> list[tuple[int, NodeProto]]:
     users: list[list[int]] = [[] for _ in nodes]
     pending = [0] * len(nodes)
     for i, mine in enumerate(deps):
@@ -70,7 +73,7 @@ def _kahn(nodes: list[NodeProto], deps: list[list[int]], label: str) -> list[Nod
     if len(order) != len(nodes):
         stuck = next(nodes[i] for i, c in enumerate(pending) if c > 0)
         raise ModelError(f"{label}: the graph has a cycle through node '{_label(stuck)}'")
-    return [nodes[i] for i in order]
+    return [(i, nodes[i]) for i in order]
 
 
 def _reads(n: NodeProto) -> list[str]:

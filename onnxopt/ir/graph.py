@@ -52,6 +52,7 @@ class Graph:
         "_head",
         "_output_set",
         "constants",
+        "declared_output_types",
         "doc_string",
         "input_defaults",
         "inputs",
@@ -80,6 +81,11 @@ class Graph:
         # Sparse initializers, kept as their protos (no pass reads sparse numbers), each with
         # the Value that nodes read: name -> (Value, SparseTensorProto).
         self.sparse_initializers: dict[str, tuple[Value, object]] = {}
+        # A subgraph read from a file: the types its outputs were declared with (TypeProtos,
+        # by position), written back as they were. Inferring more than the file said can make
+        # ONNX Runtime's load-time checks stricter than its kernels (a [1]-shaped If output
+        # fed to Range, which accepts one element at run time but wants a scalar at load).
+        self.declared_output_types: list | None = None
 
     # --- walking ----------------------------------------------------------------------------
     def __iter__(self) -> Iterator[Node]:

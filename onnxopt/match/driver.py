@@ -10,6 +10,7 @@ legality reason, and the best partial match with the reason it stopped.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from onnxopt.ir.graph import Graph
@@ -23,6 +24,7 @@ from onnxopt.rules.base import RewriteBuilder, Rule
 
 # A partial match is worth reporting once it got a few nodes past the root.
 CANDIDATE_PROGRESS = 3
+HELD_BACK = "held back: with this fusion the result did not pass the output checks"
 
 
 @dataclass
@@ -66,8 +68,11 @@ class MatchError(AssertionError):
 
 
 def fuse(model: Model, rules: list[Rule], target: Target, *, debug: bool = False,
-         apply: bool = True) -> FusionReport:
-    """Apply ``rules`` to the model's main graph; with ``apply=False`` only report."""
+         apply: bool = True, hold_back: Callable[[str, str], bool] | None = None
+         ) -> FusionReport:
+    """Apply ``rules`` to every graph of the model — the main graph and each If/Loop/Scan
+    body, outer graphs first — with ``apply=False`` only report. ``hold_back(rule, root)``
+    names regions that must stay as they are (the safeguard's per-fusion rollback)."""
     report = FusionReport()
     by_root: dict[str, list[tuple[Rule, object]]] = {}
     p = Builder()
@@ -76,13 +81,25 @@ def fuse(model: Model, rules: list[Rule], target: Target, *, debug: bool = False
         pattern = rule.pattern(p)
         for root in (rule.root,) if isinstance(rule.root, str) else rule.root:
             by_root.setdefault(root, []).append((rule, pattern))
-    graph = model.graph
-    _run_worklist(graph, by_root, target, report, debug, apply)
+    for graph in _graphs(model.graph):
+        _run_worklist(graph, by_root, target, report, debug, apply,
+                      hold_back or (lambda _rule, _root: False))
     return report
 
 
+def _graphs(graph: Graph) -> list[Graph]:
+    """``graph`` and every subgraph below it, outer first (a snapshot: rules may add some)."""
+    out, stack = [], [graph]
+    while stack:
+        g = stack.pop()
+        out.append(g)
+        for node in g:
+            stack.extend(node.subgraphs())
+    return out
+
+
 def _run_worklist(graph: Graph, by_root, target: Target, report: FusionReport, debug: bool,
-                  apply: bool) -> None:
+                  apply: bool, hold_back: Callable[[str, str], bool]) -> None:
     work = deque(n for n in graph if n.op_type in by_root)
     queued = {id(n) for n in work}
     done: dict[tuple[int, str], Node] = {}  # holds the nodes, so ids are never reused
@@ -105,6 +122,8 @@ def _run_worklist(graph: Graph, by_root, target: Target, report: FusionReport, d
                                                  best.progress))
                 continue
             reason = used_outside(m.nodes, m.root) or rule.legal(m, target)
+            if not reason and hold_back(rule.name, node.name):
+                reason = HELD_BACK
             if reason:
                 report.regions.append(Region(rule.name, node.name, "refused", reason,
                                              len(m.nodes)))

@@ -14,5 +14,6 @@ from onnxopt.options import OptimizeOptions
 
 def run(model: Model, options: OptimizeOptions) -> dict[str, int]:
     """Shape inference first (every later pass and pattern reads shapes), then the passes."""
-    passes = [("shape arithmetic", infer_shapes), *driver.PASSES]
+    passes = [(name, fn) for name, fn in [("shape arithmetic", infer_shapes), *driver.PASSES]
+              if not options.skips_pass(name)]
     return driver.run_passes(model, debug=options.debug, passes=passes)
