@@ -16,7 +16,8 @@ from onnx import ModelProto
 from onnxopt.errors import UsageError
 from onnxopt.exporter.save import inline_external, save_model
 from onnxopt.options import OptimizeOptions
-from onnxopt.pipeline import OptimizeResult, run_pipeline
+from onnxopt.pipeline import OptimizeResult
+from onnxopt.safeguard import optimize_guarded
 from onnxopt.verification import VerifyReport, verify_models
 
 
@@ -36,7 +37,7 @@ def optimize(model: str | os.PathLike | ModelProto, output: str | os.PathLike | 
     source = os.fspath(model) if isinstance(model, (str, os.PathLike)) else model
     if output is not None:
         check_output_path(source if isinstance(source, str) else None, os.fspath(output))
-    result = run_pipeline(source, options)
+    result = optimize_guarded(source, options)
     if output is not None:
         write_result(result, os.fspath(output), source if isinstance(source, str) else None)
     if return_result:

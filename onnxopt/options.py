@@ -25,7 +25,8 @@ class OptimizeOptions:
 
     ``hold_back`` names what this run must not do, as the safeguard finds it
     (:mod:`onnxopt.safeguard`): ``"pass:NAME"`` skips a normalization pass,
-    ``"fuse:RULE@ROOT"`` one fusion region (the rule at the node it ends at).
+    ``"rule:NAME"`` a fusion rule, ``"fuse:RULE@ROOT"`` one fusion region (the
+    rule at the node it ends at).
     """
 
     target: str | None = None
@@ -44,4 +45,4 @@ class OptimizeOptions:
         return f"pass:{name}" in self.hold_back
 
     def skips_region(self, rule: str, root: str) -> bool:
-        return f"fuse:{rule}@{root}" in self.hold_back
+        return f"fuse:{rule}@{root}" in self.hold_back or f"rule:{rule}" in self.hold_back

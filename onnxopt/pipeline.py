@@ -18,6 +18,7 @@ from typing import Any
 
 from onnx import ModelProto
 
+from onnxopt.errors import OnnxoptError
 from onnxopt.exporter import export_model_lazy
 from onnxopt.importer import import_model
 from onnxopt.ir.model import Model
@@ -26,6 +27,17 @@ from onnxopt.ir.verifier import verify_graph
 from onnxopt.options import OptimizeOptions
 
 Progress = Callable[[str], None]
+
+
+class StageFailure(Exception):
+    """A stage after import raised: a bug of onnxopt's, on a model it imported fine. The
+    safeguard (:mod:`onnxopt.safeguard`) answers it by holding back what it can."""
+
+    def __init__(self, stage: str, error: Exception) -> None:
+        first = " ".join(str(error).split())[:200]
+        super().__init__(f"internal error in stage {stage}: {type(error).__name__}: {first}")
+        self.stage = stage
+        self.error = error
 
 
 @dataclass
@@ -56,6 +68,7 @@ class OptimizeResult:
     proto: ModelProto
     external: dict[str, LazyTensor]
     report: OptimizeReport
+    passthrough: bool = False  # the input itself, as it was (the safeguard's last resort)
 
 
 def op_histogram(model: Model) -> Counter:
@@ -92,13 +105,22 @@ def run_pipeline(source: str | ModelProto, options: OptimizeOptions | None = Non
     report.nodes_before = op_histogram(model)
     if options.debug:
         verify_graph(model.graph)
-    for name, stage in _stages(options):
-        summary = timed(name, lambda stage=stage: stage(model, options))
+    for name, stage in [*_stages(options), ("export", None)]:
+        try:
+            if stage is None:
+                proto, external = timed(name, lambda: export_model_lazy(model))
+                continue
+            summary = timed(name, lambda stage=stage: stage(model, options))
+        except OnnxoptError:
+            raise
+        except Exception as e:
+            if options.debug:
+                raise
+            raise StageFailure(name, e) from e
         if summary is not None:
             report.stages[name] = summary
         if options.debug:
             verify_graph(model.graph)
-    proto, external = timed("export", lambda: export_model_lazy(model))
     report.nodes_after = proto_histogram(proto.graph)
     return OptimizeResult(model, proto, external, report)
 

@@ -131,7 +131,22 @@ def print_explain(result) -> None:
     print_fusion(out, result.fusion)
 
 
-_STAGE_PRINTERS = {"normalize": print_normalize, "fuse": print_fusion, "select": print_selection}
+def print_safeguard(out: Console, summary: dict) -> None:
+    """Only when something was held back: what, and why (a passing check is silent)."""
+    if summary.get("checks") == "passed":
+        return
+    if str(summary.get("checks", "")).startswith("not loaded"):
+        out.print(f"safeguard: {summary['checks']}", markup=False)
+        return
+    fallback = summary.get("fallback")
+    what = {"partial": "held back " + ", ".join(summary.get("held_back", [])),
+            "round trip": "wrote the model without any rewrite (a plain round trip)",
+            "original": "wrote the input unchanged"}.get(fallback, "")
+    out.print(f"safeguard: {summary.get('problem')}; {what}", markup=False)
+
+
+_STAGE_PRINTERS = {"normalize": print_normalize, "fuse": print_fusion, "select": print_selection,
+                   "safeguard": print_safeguard}
 
 
 def register_stage_printer(stage: str, printer) -> None:

@@ -18,7 +18,12 @@ import onnx
 from onnx import AttributeProto, GraphProto, ModelProto, TensorProto
 
 from onnxopt.errors import ModelError
-from onnxopt.importer.load import check_versions, read_model_proto, resolve_external
+from onnxopt.importer.load import (
+    check_versions,
+    read_model_proto,
+    resolve_external,
+    tensor_bytes,
+)
 from onnxopt.importer.semantics import annotate
 from onnxopt.importer.toposort import topological_order
 from onnxopt.ir.dtypes import dtype_name
@@ -113,6 +118,7 @@ class _Importer:
             had_external_data=self.had_external,
             declared_value_info=declared,
             declared_outputs={o.name: type_of(o.type)[1] for o in proto.graph.output},
+            source_tensor_bytes=tensor_bytes(proto),
         )
 
     # --- shapes ---------------------------------------------------------------------------------

@@ -133,3 +133,37 @@ def _expected_nbytes(tensor: TensorProto) -> int | None:
 def _short(e: Exception) -> str:
     text = str(e).strip().splitlines()
     return text[0][:120] if text else ""
+
+
+def tensor_bytes(proto: ModelProto, external: dict | None = None) -> int:
+    """Bytes of every initializer and tensor attribute, subgraphs included; an external
+    tensor counts its recorded length (or, for an exporter placeholder, the length of its
+    source in ``external``)."""
+    total = 0
+    for t in _tensors(proto.graph):
+        if t.data_location == TensorProto.EXTERNAL:
+            src = (external or {}).get(t.name)
+            info = {e.key: e.value for e in t.external_data}
+            try:
+                total += src.nbytes if src is not None else int(info.get("length") or 0)
+            except ValueError:
+                continue  # a malformed length: import refuses the file with a reason
+        else:
+            total += len(t.raw_data) if t.HasField("raw_data") else t.ByteSize()
+    return total
+
+
+def _tensors(graph: onnx.GraphProto):
+    yield from graph.initializer
+    for sparse in graph.sparse_initializer:
+        yield sparse.values
+        yield sparse.indices
+    for node in graph.node:
+        for a in node.attribute:
+            if a.HasField("t"):
+                yield a.t
+            yield from a.tensors
+            if a.HasField("g"):
+                yield from _tensors(a.g)
+            for g in a.graphs:
+                yield from _tensors(g)

@@ -38,6 +38,9 @@ class Model:
     # interface keeps those dims, whatever names inference gives them ("(past+seq)" for an
     # exporter's "Concatpresent_key_0_dim_2").
     declared_outputs: dict[str, Any] = field(default_factory=dict)
+    # Bytes of the input file's tensors (initializers, tensor attributes, external data): the
+    # result must not weigh more (onnxopt.verification.loadable).
+    source_tensor_bytes: int = 0
 
     @property
     def opset(self) -> int:

@@ -12,6 +12,11 @@ from onnxopt.normalize.shapes import infer_shapes
 from onnxopt.options import OptimizeOptions
 
 
+def pass_names() -> list[str]:
+    """Every pass by name, in the order :func:`run` applies them."""
+    return ["shape arithmetic", *(name for name, _ in driver.PASSES)]
+
+
 def run(model: Model, options: OptimizeOptions) -> dict[str, int]:
     """Shape inference first (every later pass and pattern reads shapes), then the passes."""
     passes = [(name, fn) for name, fn in [("shape arithmetic", infer_shapes), *driver.PASSES]

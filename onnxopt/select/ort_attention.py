@@ -120,12 +120,18 @@ def _emit_mha(repeat_kv: bool):
 
 
 def _attention23_requires(node: Node, target: Target) -> str | None:
+    mask = node.input(3)
+    if mask is not None and (mask.shape is None or len(mask.shape) > 4):
+        return f"%{mask.name}: the mask's shape is unknown or of rank > 4"
     return _bnsh(node) or _mask_dtype(node)
 
 
 def _emit_attention23(b, node: Node, target: Target):
     q, k, v = node.inputs[:3]
-    out = b.op("Attention", q, k, v, node.input(3), scale=float(node.attr("scale", 1.0)))
+    # ORT's Attention wants the mask's query rows spelled out (no broadcast over them), as
+    # MultiHeadAttention does: a scalar, per-key or per-batch bias is expanded to [.., S, L].
+    out = b.op("Attention", q, k, v, attention_bias(b, node),
+               scale=float(node.attr("scale", 1.0)))
     if node.attr("nan_to_zero", 0):
         out = zero_nan(b, out, q.dtype)
     return [out]

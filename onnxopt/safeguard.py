@@ -1,0 +1,185 @@
+"""The safeguard: nothing is written that is less fit than the input.
+
+Every result is checked before it is saved (:mod:`onnxopt.verification.loadable`:
+the ONNX checker, ONNX Runtime's own load, tensor bytes), each check only where the
+input passes it. A result that fails — or a stage that raised — is not written;
+instead the run is repeated with parts of it held back until the result passes:
+
+1. the *units* of the failed run are listed: every fusion region it made
+   (``fuse:RULE@ROOT``) and every normalization pass that changed something
+   (``pass:NAME``); after a stage raised, every rule and every pass;
+2. the run with all of them held back must pass (else: the pure round trip,
+   else the input exactly as it was);
+3. then units are given back in halves, keeping each half that still passes,
+   until what stays held back is as small as this search finds (a few runs for
+   one culprit among many units).
+
+The report says what was held back and why, and ``optimize`` prints it: the
+user gets the most optimized model that is still fit, never a broken one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable
+
+from onnx import ModelProto
+
+from onnxopt.fuse import selected_rules
+from onnxopt.importer.load import read_model_proto
+from onnxopt.normalize import pass_names
+from onnxopt.options import OptimizeOptions
+from onnxopt.pipeline import OptimizeResult, Progress, StageFailure, run_pipeline
+from onnxopt.verification.loadable import Fitness, fitness
+
+Attempt = tuple["OptimizeResult | None", list[str]]
+
+
+def optimize_guarded(source: str | ModelProto, options: OptimizeOptions,
+                     progress: Progress | None = None) -> OptimizeResult:
+    """:func:`onnxopt.pipeline.run_pipeline`, with the safeguard around it."""
+    guard = _Guard(source, options)
+    first, problems = guard.attempt(frozenset(), progress)
+    if not problems:
+        unchecked = guard.unchecked.get(frozenset())
+        first.report.stages["safeguard"] = {
+            "checks": f"not loaded: {unchecked}" if unchecked else "passed"}
+        return first
+    start = time.perf_counter()
+    units = _units(first, options)
+    result, held, fallback = guard.search(units)
+    result.report.stage_seconds["safeguard"] = time.perf_counter() - start
+    result.report.stages["safeguard"] = {
+        "checks": "failed, then passed" if fallback != "original" else "failed",
+        "problem": problems[0], "held_back": sorted(held), "fallback": fallback}
+    return result
+
+
+class _Guard:
+    def __init__(self, source: str | ModelProto, options: OptimizeOptions) -> None:
+        self.source = source
+        self.options = options
+        self._baseline: Fitness | None = None
+        self._tried: dict[frozenset[str], Attempt] = {}
+        self.unchecked: dict[frozenset[str], str] = {}
+
+    def attempt(self, hold: frozenset[str], progress: Progress | None = None) -> Attempt:
+        """The pipeline with ``hold`` held back, and what the checks found (empty: fit)."""
+        if hold in self._tried:
+            return self._tried[hold]
+        options = dataclasses.replace(self.options, hold_back=self.options.hold_back | hold)
+        try:
+            result = run_pipeline(self.source, options, progress)
+        except StageFailure as e:
+            outcome: Attempt = (None, [str(e)])
+        else:
+            if progress is not None:
+                progress("checks")
+            found = fitness(result.proto, result.external,
+                            tensor_budget=result.model.source_tensor_bytes)
+            problems = found.problems()
+            if found.unchecked:
+                self.unchecked[hold] = found.unchecked
+            if problems:
+                problems = found.problems(self.baseline())
+            outcome = (result, problems)
+        self._tried[hold] = outcome
+        return outcome
+
+    def baseline(self) -> Fitness:
+        """The input's own fitness (checker and load only), computed once, when needed."""
+        if self._baseline is None:
+            proto = self.source if isinstance(self.source, ModelProto) else None
+            if proto is None:
+                proto = read_model_proto(self.source)
+                if any(t.data_location == 1 for t in proto.graph.initializer):
+                    self._baseline = _file_fitness(self.source)
+                    return self._baseline
+            self._baseline = fitness(proto)
+        return self._baseline
+
+    def search(self, units: list[str]) -> tuple[OptimizeResult, frozenset[str], str]:
+        everything = frozenset(units)
+        result, problems = self.attempt(everything)
+        if problems:
+            round_trip = dataclasses.replace(self.options, fuse=False)
+            plain = _Guard(self.source, round_trip)
+            plain._baseline = self._baseline
+            result, problems = plain.attempt(frozenset())
+            if not problems:
+                return result, everything, "round trip"
+            return self._original(), everything, "original"
+        held = _minimal_hold(units, lambda hold: not self.attempt(frozenset(hold))[1])
+        result, _ = self.attempt(frozenset(held))
+        return result, frozenset(held), "partial"
+
+    def _original(self) -> OptimizeResult:
+        """The input as it was (the round trip's IR stands in for the model)."""
+        import onnx
+
+        plain = run_pipeline(self.source, dataclasses.replace(self.options, fuse=False))
+        if isinstance(self.source, ModelProto):
+            proto = self.source
+        elif plain.model.had_external_data:
+            proto = onnx.load(self.source)  # its weights come along, to be written anew
+        else:
+            proto = read_model_proto(self.source)
+        return dataclasses.replace(plain, proto=proto, external={}, passthrough=True)
+
+
+def _units(result: OptimizeResult | None, options: OptimizeOptions) -> list[str]:
+    """What the failed run did that can be held back, fusion regions first."""
+    if result is None:  # a stage raised: hold back whole rules and passes
+        return ([f"rule:{r.name}" for r in selected_rules(options)]
+                + [f"pass:{name}" for name in pass_names()])
+    stages = result.report.stages
+    regions = stages.get("fuse").regions if stages.get("fuse") is not None else []
+    units = [f"fuse:{r.rule}@{r.root}" for r in regions if r.status == "fused"]
+    changed = {name for stage in ("normalize", "cleanup") for name in (stages.get(stage) or {})}
+    units.extend(f"pass:{name}" for name in pass_names() if name in changed)
+    return units
+
+
+def _minimal_hold(units: list[str], fit: Callable[[list[str]], bool]) -> list[str]:
+    """Give units back in halves while the result stays fit; return those still held.
+
+    Starts from everything held (known fit). A half whose release keeps the result
+    fit is released at once; one that does not is split, down to single units.
+    """
+    held = list(units)
+
+    def release(group: list[str]) -> None:
+        if not group:
+            return
+        trial = [u for u in held if u not in group]
+        if fit(trial):
+            held[:] = trial
+            return
+        if len(group) == 1:
+            return
+        mid = len(group) // 2
+        release(group[:mid])
+        release(group[mid:])
+
+    release(list(held))
+    return held
+
+
+def _file_fitness(path: str) -> Fitness:
+    """The checks on an input whose weights lie in external data (read by path)."""
+    import onnx
+    import onnxruntime as ort
+
+    checker = loads = None
+    try:
+        onnx.checker.check_model(path)
+    except Exception as e:  # noqa: BLE001 - the checker's complaint is the answer
+        checker = str(e) or type(e).__name__
+    options = ort.SessionOptions()
+    options.log_severity_level = 4
+    try:
+        ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+    except Exception as e:  # noqa: BLE001 - ORT's refusal is the answer
+        loads = str(e) or type(e).__name__
+    return Fitness(checker=checker, loads=loads)

@@ -1,0 +1,107 @@
+"""Is a written model fit to hand to a user? The checks every result passes before it is saved.
+
+Three questions, each answered only relative to the input (a check the original
+itself fails says nothing about onnxopt): does the ONNX checker accept it, does
+ONNX Runtime load it (with its default graph optimizations, as a user's session
+does, and with onnxopt's own kernels registered where the model uses them), and
+are its tensors no heavier than the input's. Each failure is one sentence.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import onnx
+from onnx import ModelProto
+
+from onnxopt.exporter.save import inline_external
+from onnxopt.importer.load import tensor_bytes
+from onnxopt.ir.tensor import LazyTensor
+
+# Above this the model is not loaded into memory a second time to be checked (external data
+# is streamed to the output and never held whole: reading it back for a check would undo that).
+MAX_CHECKED_BYTES = 256 * 1024 * 1024
+MAX_CHECKED_EXTERNAL_BYTES = 16 * 1024 * 1024
+# Tensor bytes a result may add over the input's (scalars of a decomposition, small masks).
+TENSOR_SLACK_BYTES = 4096
+
+
+@dataclass(frozen=True)
+class Fitness:
+    """What the checks said: ``None`` for a check that passed (or was not run), else why not."""
+
+    checker: str | None = None
+    loads: str | None = None
+    weight: str | None = None
+    unchecked: str | None = None  # why the checker and the load were not run
+
+    def problems(self, baseline: Fitness | None = None) -> list[str]:
+        """The failures that ``baseline`` (the original's fitness) does not share."""
+        out = []
+        for name in ("checker", "loads", "weight"):
+            mine = getattr(self, name)
+            if mine and (baseline is None or getattr(baseline, name) is None):
+                out.append(mine)
+        return out
+
+
+def fitness(proto: ModelProto, external: dict[str, LazyTensor] | None = None, *,
+            tensor_budget: int | None = None) -> Fitness:
+    """Run the checks on a model (``external``: its placeholder tensors, read if small)."""
+    weight = None
+    if tensor_budget is not None:
+        size = tensor_bytes(proto, external)
+        if size > tensor_budget + TENSOR_SLACK_BYTES:
+            weight = (f"its tensors weigh {size:,} bytes, more than the input's "
+                      f"{tensor_budget:,}")
+    if external and sum(t.nbytes for t in external.values()) > MAX_CHECKED_EXTERNAL_BYTES:
+        return Fitness(weight=weight, unchecked="its external data is too large to load twice")
+    if external:
+        whole = ModelProto()
+        whole.CopyFrom(proto)
+        inline_external(whole, external)
+        proto = whole
+    if proto.ByteSize() > MAX_CHECKED_BYTES:
+        return Fitness(weight=weight, unchecked="it is too large to load twice")
+    return Fitness(checker=_checker_problem(proto), loads=_load_problem(proto), weight=weight)
+
+
+def _checker_problem(proto: ModelProto) -> str | None:
+    try:
+        onnx.checker.check_model(proto)
+    except Exception as e:  # noqa: BLE001 - any complaint of the checker is the answer
+        return f"the ONNX checker refuses it: {_first_line(e)}"
+    return None
+
+
+def _load_problem(proto: ModelProto) -> str | None:
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.log_severity_level = 4  # the refusal is reported in our words, not ORT's log
+    try:
+        if any(n.domain.startswith("ai.onnxopt") for n in _all_nodes(proto.graph)):
+            from onnxopt.runtime import session
+
+            session(proto, providers=["CPUExecutionProvider"], sess_options=options)
+        else:
+            ort.InferenceSession(proto.SerializeToString(), options,
+                                 providers=["CPUExecutionProvider"])
+    except Exception as e:  # noqa: BLE001 - any refusal of ORT's is the answer
+        return f"ONNX Runtime cannot load it: {_first_line(e)}"
+    return None
+
+
+def _all_nodes(graph: onnx.GraphProto):
+    for node in graph.node:
+        yield node
+        for a in node.attribute:
+            if a.HasField("g"):
+                yield from _all_nodes(a.g)
+            for g in a.graphs:
+                yield from _all_nodes(g)
+
+
+def _first_line(e: Exception) -> str:
+    text = " ".join(str(e).split())
+    return text[:240] if text else type(e).__name__

@@ -1,0 +1,81 @@
+"""The safeguard: a result that fails the output checks (or a stage that raises) is never
+written; what caused it is held back, the rest of the optimization is kept, and the
+report says what was held back and why."""
+
+from __future__ import annotations
+
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import AttributeProto
+
+import onnxopt
+from onnxopt.ir.node import Attr
+from onnxopt.normalize import driver
+
+TEXT = """
+<ir_version: 8, opset_import: ["" : 17]>
+g (float[2, 8] x) => (float[2, 8] y) {
+    a = Relu(x)
+    i = Identity(a)
+    y = Neg(i)
+}
+"""
+
+
+def _poison_relu(model) -> int:
+    """A broken pass: gives every Relu an attribute ONNX Runtime refuses to load."""
+    changed = 0
+    for node in model.graph:
+        if node.op_type == "Relu" and "bogus" not in node.attrs:
+            node.attrs["bogus"] = Attr(AttributeProto.INT, 1)
+            changed += 1
+    return changed
+
+
+def _crash(model) -> int:
+    raise RuntimeError("a bug in a pass")
+
+
+def _loads(model: onnx.ModelProto) -> bool:
+    ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return True
+
+
+@pytest.fixture
+def model() -> onnx.ModelProto:
+    return onnx.parser.parse_model(TEXT)
+
+
+def test_a_pass_that_breaks_the_result_is_held_back(model, monkeypatch):
+    monkeypatch.setattr(driver, "PASSES", [*driver.PASSES, ("poison_relu", _poison_relu)])
+    result = onnxopt.optimize(model, target="cpu", return_result=True)
+    guard = result.report.stages["safeguard"]
+    assert guard["held_back"] == ["pass:poison_relu"]
+    assert guard["fallback"] == "partial"
+    assert guard["problem"].startswith("the ONNX checker refuses it: Unrecognized attribute: bogus")
+    assert _loads(result.proto)
+    # the rest of normalization still ran: the Identity is gone
+    assert [n.op_type for n in result.proto.graph.node] == ["Relu", "Neg"]
+
+
+def test_a_stage_that_raises_is_worked_around_and_reported(model, monkeypatch, tmp_path, cli):
+    monkeypatch.setattr(driver, "PASSES", [*driver.PASSES, ("crash", _crash)])
+    onnx.save_model(model, tmp_path / "m.onnx")
+    rc, out, err = cli("optimize", tmp_path / "m.onnx", "-o", tmp_path / "o.onnx", "-q",
+                       "--target", "cpu")
+    assert rc == 0
+    assert err.startswith("onnxopt: warning: internal error in stage normalize: RuntimeError: "
+                          "a bug in a pass; partial result written (please report this)")
+    assert _loads(onnx.load(tmp_path / "o.onnx"))
+
+
+def test_with_debug_a_stage_that_raises_still_raises(model, monkeypatch):
+    monkeypatch.setattr(driver, "PASSES", [*driver.PASSES, ("crash", _crash)])
+    with pytest.raises(RuntimeError, match="a bug in a pass"):
+        onnxopt.optimize(model, target="cpu", debug=True)
+
+
+def test_a_passing_result_says_so(model):
+    result = onnxopt.optimize(model, target="cpu", return_result=True)
+    assert result.report.stages["safeguard"] == {"checks": "passed"}
