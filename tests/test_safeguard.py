@@ -62,7 +62,7 @@ def test_a_pass_that_breaks_the_result_is_held_back(model, monkeypatch):
 def test_a_stage_that_raises_is_worked_around_and_reported(model, monkeypatch, tmp_path, cli):
     monkeypatch.setattr(driver, "PASSES", [*driver.PASSES, ("crash", _crash)])
     onnx.save_model(model, tmp_path / "m.onnx")
-    rc, out, err = cli("optimize", tmp_path / "m.onnx", "-o", tmp_path / "o.onnx", "-q",
+    rc, _, err = cli("optimize", tmp_path / "m.onnx", "-o", tmp_path / "o.onnx", "-q",
                        "--target", "cpu")
     assert rc == 0
     assert err.startswith("onnxopt: warning: internal error in stage normalize: RuntimeError: "
