@@ -31,3 +31,10 @@ class VerificationError(OnnxoptError):
     """Two models disagree beyond tolerance."""
 
     exit_code = 1
+
+
+class UnverifiedError(OnnxoptError):
+    """Verification could not run: the original model refuses every input onnxopt can make
+    (not a mismatch: nothing was compared). The message starts with "could not verify"."""
+
+    exit_code = 1

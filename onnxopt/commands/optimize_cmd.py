@@ -7,6 +7,7 @@ import os
 import click
 
 from onnxopt.cli import debug_option, write_json
+from onnxopt.commands.verify_cmd import inputs_options, verify_inputs
 
 
 def default_output(path: str) -> str:
@@ -46,11 +47,13 @@ def _is_version(text: str) -> bool:
 @click.option("--disable", multiple=True, help="Do not run this fusion rule (repeatable).")
 @click.option("--no-fuse", is_flag=True, help="Rewrite nothing: import and export only (a round trip).")
 @click.option("-q", "--quiet", is_flag=True, help="Print nothing but errors.")
+@inputs_options
 @debug_option
 def optimize(model: str, output: str | None, json_path: str | None, do_verify: bool,
              target: str | None, ort_version: str | None, opset: int | None, determinism: str,
              tune: bool, tune_cache: str | None, only: tuple[str, ...], disable: tuple[str, ...],
-             no_fuse: bool, quiet: bool, debug: bool) -> None:
+             no_fuse: bool, quiet: bool, inputs: tuple[str, ...], shapes: tuple[str, ...],
+             debug: bool) -> None:
     """Optimize MODEL and write the result; print a report of what changed."""
     from onnxopt.api import check_output_path, write_result
     from onnxopt.commands.report import print_optimize, print_verify, stage_progress
@@ -87,7 +90,7 @@ def optimize(model: str, output: str | None, json_path: str | None, do_verify: b
     if do_verify:
         from onnxopt.verification import verify_models
 
-        verify_report = verify_models(model, output)
+        verify_report = verify_models(model, output, **verify_inputs(inputs, shapes))
         data["verify"] = verify_report.to_json()
     if not quiet:
         print_optimize(result.report, output)

@@ -165,6 +165,8 @@ def print_verify(report: VerifyReport) -> None:
     out.print(table)
     shapes = "; ".join(", ".join(f"{k}{list(v)}" for k, v in run.items()) for run in report.runs)
     out.print(f"runs: {shapes}")
+    if report.inputs_from:
+        out.print(f"inputs: {', '.join(report.inputs_from)}")
     if report.long_run_skipped:
         out.print(f"long-sequence run skipped: {report.long_run_skipped}")
     out.print("verify: " + ("ok" if report.ok else "FAILED"))

@@ -7,6 +7,26 @@ import click
 from onnxopt.cli import debug_option, write_json
 
 
+def inputs_options(f):
+    """``--inputs FILE.npz`` (repeatable) and ``--shape NAME=DIMS`` (repeatable)."""
+    f = click.option("--shape", "shapes", multiple=True, metavar="NAME=DIMS",
+                     help="Pin an input's shape (input_ids=1x128) or a symbolic dim (seq=128) "
+                          "for generated inputs (repeatable).")(f)
+    return click.option("--inputs", multiple=True, type=click.Path(dir_okay=False),
+                        metavar="FILE.npz",
+                        help="Compare on these inputs (one set per .npz file, arrays named "
+                             "like the model's inputs) instead of generated ones "
+                             "(repeatable).")(f)
+
+
+def verify_inputs(inputs: tuple[str, ...], shapes: tuple[str, ...]) -> dict:
+    """The keyword arguments of verify_models for the two options."""
+    from onnxopt.verification.inputs import load_input_files, parse_shapes
+
+    return {"inputs": load_input_files(list(inputs)) if inputs else None,
+            "shapes": parse_shapes(list(shapes))}
+
+
 @click.command("verify")
 @click.argument("original", type=click.Path())
 @click.argument("optimized", type=click.Path())
@@ -17,9 +37,11 @@ from onnxopt.cli import debug_option, write_json
               help="Relative tolerance (default: 1e-4 float32, 2e-2 float16).")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
               help="Also write the comparison as JSON.")
+@inputs_options
 @debug_option
 def verify(original: str, optimized: str, runs: int, seed: int, rtol: float | None,
-           json_path: str | None, debug: bool) -> None:
+           json_path: str | None, inputs: tuple[str, ...], shapes: tuple[str, ...],
+           debug: bool) -> None:
     """Run ORIGINAL and OPTIMIZED on the same random inputs and compare every output.
 
     Inputs respect symbolic dimensions (batch, seq), attention masks contain
@@ -29,7 +51,8 @@ def verify(original: str, optimized: str, runs: int, seed: int, rtol: float | No
     from onnxopt.errors import VerificationError
     from onnxopt.verification import verify_models
 
-    report = verify_models(original, optimized, runs=runs, seed=seed, rtol=rtol)
+    report = verify_models(original, optimized, runs=runs, seed=seed, rtol=rtol,
+                           **verify_inputs(inputs, shapes))
     print_verify(report)
     if json_path:
         write_json(json_path, report.to_json())

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from onnxopt import evaluation
 from onnxopt.exporter.subgraph import cone, subgraph_model
 from onnxopt.ir.model import Model
 from onnxopt.ir.value import Value
@@ -66,14 +67,10 @@ def classify_mask(model: Model, mask: Value, batch_dim, key_dim, query_dim) -> M
     if proto is None:
         return MaskInfo(looks_causal=looks_causal, reason="the mask's subgraph cannot be cut out")
     try:
-        import onnxruntime as ort
-
-        opts = ort.SessionOptions()
-        opts.log_severity_level = 3
-        sess = ort.InferenceSession(proto.SerializeToString(), opts,
-                                    providers=["CPUExecutionProvider"])
+        sess = evaluation.session(proto)
     except Exception as e:  # noqa: BLE001
-        return MaskInfo(looks_causal=looks_causal, reason=f"the mask cannot be evaluated ({e})")
+        return MaskInfo(looks_causal=looks_causal,
+                        reason=f"the mask cannot be evaluated ({evaluation.first_line(e)})")
     causal_votes: list = []
     pad_votes = {id(c): [] for c in candidates}
     rng = np.random.default_rng(0)
@@ -124,7 +121,7 @@ def _classify_constant(mask: Value) -> MaskInfo:
 def _follows_padding(sess, feeds, full: np.ndarray, keep: np.ndarray) -> bool:
     """With ``keep`` zeros in the padding input, exactly those keys become masked too."""
     try:
-        padded = _masked(sess.run(None, feeds)[0])
+        padded = _masked(evaluation.run(sess, feeds)[0])
     except Exception:  # noqa: BLE001
         return False
     if padded is None or padded.ndim != 4:
@@ -170,10 +167,10 @@ def _evaluate(sess, inputs: list[Value], shape_leaves: list[Value], batch: int, 
         symbols = {**base, **overrides}
         feeds = {v.name: _feed(v, symbols, rng, pad=False) for v in inputs}
         feeds.update({v.name: _shape_feed(v, symbols) for v in shape_leaves})
-        return symbols, feeds, sess.run(None, feeds)[0]
+        return symbols, feeds, evaluation.run(sess, feeds)[0]
 
     result, error = first_consistent(lengths, seq, attempt)
-    return result if result is not None else str(error)
+    return result if result is not None else evaluation.first_line(error)
 
 
 def _symbols(inputs: list[Value], batch: int, seq: int) -> dict:

@@ -308,10 +308,14 @@ def dequantize(node: Node):
 
 
 def range_op(node: Node):
+    """``Range(start, limit, 1)`` has ``limit - start`` elements (when not negative): the
+    positions of new tokens after a cache, ``Range(past, past + seq)``, number ``seq``."""
     start, limit, delta = (_syms(_x(node, i)) for i in range(3))
     dtype = _x(node).dtype
-    if start and limit and delta and start[0] == 0 and delta[0] == 1:
-        return [(dtype, (limit[0],))]
+    if start and limit and delta and delta[0] == 1 and start[0] is not None:
+        n = sd.sub(limit[0], start[0])
+        if n is not None and not (isinstance(n, int) and n < 0):
+            return [(dtype, (n,))]
     return [(dtype, (None,))]
 
 

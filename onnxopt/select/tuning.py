@@ -27,6 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
+from onnxopt import evaluation
 from onnxopt.ir.dtypes import numpy_dtype
 from onnxopt.ir.graph import Graph
 from onnxopt.ir.model import Model
@@ -193,15 +194,10 @@ def micro_model(model: Model, node: Node, kernel: Kernel, target: Target,
 
 
 def _session(proto_bytes: bytes, target: Target):
-    import onnxruntime as ort
-
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = 1
-    so.inter_op_num_threads = 1
-    so.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    so.add_session_config_entry("session.inter_op.allow_spinning", "0")
-    so.log_severity_level = 3
-    return ort.InferenceSession(proto_bytes, so, providers=[target.provider])
+    # One thread, no spinning: kernels timed back to back must not compete for the cores.
+    return evaluation.session(proto_bytes, [target.provider], threads=1, inter_op_num_threads=1,
+                              config={"session.intra_op.allow_spinning": "0",
+                                      "session.inter_op.allow_spinning": "0"})
 
 
 def _feeds(session, seed: int = 0) -> dict:
@@ -240,7 +236,7 @@ def measure(model: Model, node: Node, kernels: list[Kernel], target: Target, bin
     for name, s in list(sessions.items()):
         try:
             for _ in range(2):
-                s.run(None, feeds[name])
+                evaluation.run(s, feeds[name])
         except Exception as e:  # noqa: BLE001
             failed[name] = f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"
             del sessions[name]

@@ -18,9 +18,11 @@ from dataclasses import dataclass, field
 import numpy as np
 from onnx import ModelProto
 
-from onnxopt.errors import ModelError, UsageError
+from onnxopt import evaluation
+from onnxopt.errors import ModelError, UnverifiedError, UsageError
 from onnxopt.verification.inputs import (
     LONG_SEQUENCE,
+    LONGER_SIZES,
     first_consistent,
     length_symbols,
     make_inputs,
@@ -49,6 +51,7 @@ class VerifyReport:
     outputs: list[OutputDiff] = field(default_factory=list)
     runs: list[dict[str, tuple[int, ...]]] = field(default_factory=list)
     long_run_skipped: str | None = None  # why the long-sequence run did not happen
+    inputs_from: list[str] | None = None  # the user's input files (None: generated inputs)
 
     @property
     def ok(self) -> bool:
@@ -64,6 +67,7 @@ class VerifyReport:
             "bitwise": self.bitwise,
             "runs": [{k: list(v) for k, v in r.items()} for r in self.runs],
             "long_run_skipped": self.long_run_skipped,
+            "inputs": self.inputs_from or "generated",
             "outputs": [o.__dict__ | {"ok": o.ok} for o in self.outputs],
         }
 
@@ -71,10 +75,21 @@ class VerifyReport:
 def verify_models(original: str | ModelProto, optimized: str | ModelProto, *, runs: int = 2,
                   seed: int = 0, rtol: float | None = None,
                   providers: list[str] | None = None,
-                  long_sequence: int | None = LONG_SEQUENCE) -> VerifyReport:
-    """Run both models on ``runs`` random size sets, then at ``long_sequence`` (where the
-    optimized model switches plans with the length and the original accepts that length;
-    None: never), and compare every output."""
+                  long_sequence: int | None = LONG_SEQUENCE,
+                  inputs: list[tuple[str, dict[str, np.ndarray]]] | None = None,
+                  shapes: dict[str, tuple[int, ...]] | None = None) -> VerifyReport:
+    """Compare every output of the two models.
+
+    With ``inputs`` (``(label, feeds)`` pairs, e.g. from ``--inputs FILE.npz``) both
+    models run on exactly those. Otherwise on ``runs`` random size sets — where
+    ``shapes`` pins inputs (``{"input_ids": (1, 128)}``) or symbolic dims
+    (``{"seq": (128,)}``), one-element boolean switches alternate between True and
+    False so both branches of an ``If`` they choose are compared, and lengths the
+    original refuses are retried longer — then at ``long_sequence`` (where the
+    optimized model switches plans with the length and the original accepts that
+    length; None: never). Raises :class:`UnverifiedError` when the original runs on
+    no input onnxopt can make: nothing compared is not a mismatch.
+    """
     ref_proto = _proto(original)
     sess_a = make_session(original, providers)
     sess_b = make_session(optimized, providers)
@@ -92,18 +107,70 @@ def verify_models(original: str | ModelProto, optimized: str | ModelProto, *, ru
         max(TOLERANCE.get(types[n], 0.0), compute) if types[n] in TOLERANCE else 0.0))
         for n in names_a}
     report = VerifyReport(outputs=list(diffs.values()))
-    for k, sizes in enumerate(size_sets(runs)):
-        feeds, out_a = _runnable(sess_a, ref_proto, sizes, seed + k)
-        if out_a is None:
-            raise ModelError(f"the original model does not run on generated inputs: {feeds}")
-        report.runs.append({n: tuple(a.shape) for n, a in feeds.items()})
-        out_b = sess_b.run(None, feeds)
-        for name, a, b in zip(names_a, out_a, out_b):
+
+    def compare(feeds: dict[str, np.ndarray], out_a: list) -> None:
+        report.runs.append({n: tuple(np.shape(a)) for n, a in feeds.items()})
+        for name, a, b in zip(names_a, out_a, evaluation.run(sess_b, feeds)):
             _accumulate(diffs[name], np.asarray(a), np.asarray(b))
-    if long_sequence and _switches_with_length(_proto(optimized)):
+
+    if inputs is not None:
+        report.inputs_from = [label for label, _ in inputs]
+        for label, feeds in inputs:
+            compare(feeds, _run_given(sess_a, feeds, label, in_a))
+        return report
+    pinned, overrides = split_shapes(shapes or {}, ref_proto)
+    for k, sizes in enumerate(size_sets(runs)):
+        feeds, out_a = _runnable(sess_a, ref_proto, sizes, seed + k, pinned, overrides,
+                                 flag=k % 2 == 0)
+        if out_a is None:
+            raise UnverifiedError(
+                f"could not verify: the original model does not run on any input onnxopt "
+                f"generated ({feeds}); give inputs with --inputs FILE.npz or sizes with "
+                "--shape NAME=DIMS")
+        compare(feeds, out_a)
+    if long_sequence and not pinned and _switches_with_length(_proto(optimized)):
         report.long_run_skipped = _long_run(report, diffs, sess_a, sess_b, names_a, ref_proto,
-                                            long_sequence, seed + runs)
+                                            long_sequence, seed + runs, overrides)
     return report
+
+
+def split_shapes(shapes: dict[str, tuple[int, ...]], proto: ModelProto
+                 ) -> tuple[dict[str, tuple[int, ...]], dict[str, int]]:
+    """``--shape`` entries as whole-input shapes (NAME is a graph input) and sizes of symbolic
+    dims (NAME is a dim's name); anything else is a usage error."""
+    inputs = {vi.name: vi for vi in proto.graph.input}
+    symbols = {d.dim_param for vi in proto.graph.input if vi.type.HasField("tensor_type")
+               for d in vi.type.tensor_type.shape.dim if d.dim_param}
+    pinned, overrides = {}, {}
+    for name, dims in shapes.items():
+        if name in inputs:
+            rank = len(inputs[name].type.tensor_type.shape.dim)
+            if rank and len(dims) != rank:
+                raise UsageError(f"--shape {name}: {len(dims)} dims given, the input has {rank}")
+            pinned[name] = tuple(dims)
+        elif name in symbols and len(dims) == 1:
+            overrides[name] = dims[0]
+        else:
+            known = ", ".join(sorted(inputs) + sorted(symbols))
+            raise UsageError(f"--shape {name}: neither an input of the model nor one of its "
+                             f"symbolic dims (one size) ({known})")
+    return pinned, overrides
+
+
+def _run_given(sess, feeds: dict[str, np.ndarray], label: str, names: list[str]) -> list:
+    """The original's outputs on the user's inputs; a one-line error naming what is wrong."""
+    missing = sorted(set(names) - set(feeds))
+    extra = sorted(set(feeds) - set(names))
+    if missing or extra:
+        what = "; ".join(p for p in (f"missing {', '.join(missing)}" if missing else "",
+                                     f"not inputs of the model: {', '.join(extra)}" if extra
+                                     else "") if p)
+        raise UsageError(f"{label}: {what}")
+    try:
+        return evaluation.run(sess, feeds)
+    except Exception as e:
+        raise UsageError(f"{label}: the original model does not run on these inputs: "
+                         f"{_first_line(e)}") from e
 
 
 def _switches_with_length(proto: ModelProto) -> bool:
@@ -113,40 +180,44 @@ def _switches_with_length(proto: ModelProto) -> bool:
 
     switching = {k.name for k in default_registry() if k.switch_seq}
     return any(p.key == "onnxopt.kernel" and p.value in switching
-               for n in proto.graph.node for p in n.metadata_props)
+               for n in evaluation.all_node_protos(proto.graph) for p in n.metadata_props)
 
 
-def _long_run(report, diffs, sess_a, sess_b, names, ref_proto, seq: int, seed: int) -> str | None:
+def _long_run(report, diffs, sess_a, sess_b, names, ref_proto, seq: int, seed: int,
+              overrides: dict[str, int]) -> str | None:
     """One run at sequence length ``seq``; the reason it was skipped, or None."""
-    feeds = make_inputs(ref_proto, {"batch": 2, "other": seq}, seed=seed)
+    feeds = make_inputs(ref_proto, {"batch": 2, "other": seq}, seed=seed, overrides=overrides)
     if {n: tuple(a.shape) for n, a in feeds.items()} in report.runs:
         return "the model has no sequence dimension"
-    feeds, out_a = _runnable(sess_a, ref_proto, {"batch": 2, "other": seq}, seed)
+    feeds, out_a = _runnable(sess_a, ref_proto, {"batch": 2, "other": seq}, seed, {},
+                             overrides, longer=False)
     if out_a is None:
         return f"the original does not run at sequence {seq}: {feeds}"
     report.runs.append({n: tuple(a.shape) for n, a in feeds.items()})
-    for name, a, b in zip(names, out_a, sess_b.run(None, feeds)):
+    for name, a, b in zip(names, out_a, evaluation.run(sess_b, feeds)):
         _accumulate(diffs[name], np.asarray(a), np.asarray(b))
     return None
 
 
-def _runnable(sess, proto: ModelProto, sizes: dict, seed: int):
+def _runnable(sess, proto: ModelProto, sizes: dict, seed: int, pinned: dict, overrides: dict,
+              flag: bool | None = None, longer: bool = True):
     """(inputs, outputs) of the first size assignment the original runs on — one size for
-    every length first, then consistent mixes (a cache's ``past + seq``) — or (ORT's words
-    on the first failure, None)."""
-    import onnxruntime as ort
+    every length first, then consistent mixes (a cache's ``past + seq``), then the same at
+    longer lengths — or (ORT's words on the first failure, None)."""
+    first_error = None
+    for length in (sizes["other"], *(LONGER_SIZES if longer else ())):
+        at = {**sizes, "other": length}
 
-    quiet = ort.RunOptions()
-    quiet.log_severity_level = 4  # a refusal is an answer here, not an error to print
+        def attempt(more, at=at):
+            feeds = make_inputs(proto, at, seed=seed, overrides={**more, **overrides},
+                                pinned=pinned, flag=flag)
+            return feeds, evaluation.run(sess, feeds)
 
-    def attempt(overrides):
-        feeds = make_inputs(proto, sizes, seed=seed, overrides=overrides)
-        return feeds, sess.run(None, feeds, quiet)
-
-    result, error = first_consistent(length_symbols(proto), sizes["other"], attempt)
-    if result is not None:
-        return result
-    lines = str(error).strip().splitlines() or [type(error).__name__]
+        result, error = first_consistent(length_symbols(proto), length, attempt)
+        if result is not None:
+            return result
+        first_error = first_error or error
+    lines = str(first_error).strip().splitlines() or [type(first_error).__name__]
     return lines[-1].split("Status Message: ", 1)[-1][:200], None
 
 
@@ -192,29 +263,13 @@ def _accumulate(diff: OutputDiff, a: np.ndarray, b: np.ndarray) -> None:
 
 
 def make_session(model: str | ModelProto, providers: list[str] | None = None):
-    """An ORT session for a path or proto; models with onnxopt custom ops go through the bridge."""
-    import onnxruntime as ort
-
-    proto = _proto(model)
-    providers = providers or ["CPUExecutionProvider"]
-    if _uses_custom_ops(proto):
-        from onnxopt.runtime import session
-
-        return session(model if isinstance(model, str) else proto.SerializeToString(),
-                       providers=providers, intra_op_num_threads=1)
-    opts = ort.SessionOptions()
-    opts.intra_op_num_threads = 1
-    opts.log_severity_level = 3
-    src = model if isinstance(model, str) else model.SerializeToString()
+    """A quiet one-thread ORT session (repeatable runs) for a path or proto; models with
+    onnxopt's kernels go through the bridge."""
     try:
-        return ort.InferenceSession(src, opts, providers=providers)
+        return evaluation.session(model, providers, threads=1)
     except Exception as e:
         label = model if isinstance(model, str) else "<model>"
         raise ModelError(f"{label}: ONNX Runtime cannot load it: {_first_line(e)}") from e
-
-
-def _uses_custom_ops(proto: ModelProto) -> bool:
-    return any(n.domain.startswith("ai.onnxopt") for n in proto.graph.node)
 
 
 def _proto(model: str | ModelProto) -> ModelProto:

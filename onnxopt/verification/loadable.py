@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import onnx
 from onnx import ModelProto
 
+from onnxopt import evaluation
 from onnxopt.exporter.save import inline_external
 from onnxopt.importer.load import tensor_bytes
 from onnxopt.ir.tensor import LazyTensor
@@ -75,31 +76,11 @@ def _checker_problem(proto: ModelProto) -> str | None:
 
 
 def _load_problem(proto: ModelProto) -> str | None:
-    import onnxruntime as ort
-
-    options = ort.SessionOptions()
-    options.log_severity_level = 4  # the refusal is reported in our words, not ORT's log
     try:
-        if any(n.domain.startswith("ai.onnxopt") for n in _all_nodes(proto.graph)):
-            from onnxopt.runtime import session
-
-            session(proto, providers=["CPUExecutionProvider"], sess_options=options)
-        else:
-            ort.InferenceSession(proto.SerializeToString(), options,
-                                 providers=["CPUExecutionProvider"])
+        evaluation.session(proto)  # default graph optimizations: what a user's session does
     except Exception as e:  # noqa: BLE001 - any refusal of ORT's is the answer
         return f"ONNX Runtime cannot load it: {_first_line(e)}"
     return None
-
-
-def _all_nodes(graph: onnx.GraphProto):
-    for node in graph.node:
-        yield node
-        for a in node.attribute:
-            if a.HasField("g"):
-                yield from _all_nodes(a.g)
-            for g in a.graphs:
-                yield from _all_nodes(g)
 
 
 def _first_line(e: Exception) -> str:

@@ -1,0 +1,85 @@
+"""Running a model (or a piece cut out of one) in ONNX Runtime, quietly.
+
+Mask probes, kernel timing, the safeguard's load check and verification all hand
+ONNX Runtime models it may refuse or fail on — a probe at a size the model does not
+accept is an answer, not an error. ORT logs such failures itself at error level,
+which would reach the user's terminal; sessions and runs made here log only fatal
+errors, and callers report what matters in onnxopt's own words. Models that use
+onnxopt's own kernels (``ai.onnxopt.*`` domains, in any subgraph) get them registered.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from typing import Any
+
+import onnx
+
+QUIET = 4  # ORT's "fatal only" severity
+
+
+def all_node_protos(graph: onnx.GraphProto) -> Iterator[onnx.NodeProto]:
+    """Every node of a graph and of its subgraphs (If/Loop/Scan bodies), depth first."""
+    for node in graph.node:
+        yield node
+        for a in node.attribute:
+            if a.HasField("g"):
+                yield from all_node_protos(a.g)
+            for g in a.graphs:
+                yield from all_node_protos(g)
+
+
+def uses_onnxopt_kernels(proto: onnx.ModelProto) -> bool:
+    return any(n.domain.startswith("ai.onnxopt") for n in all_node_protos(proto.graph))
+
+
+def session(model: str | os.PathLike | bytes | onnx.ModelProto,
+            providers: list[str] | None = None, *, threads: int | None = None,
+            optimize: bool = True, config: dict[str, str] | None = None, **options: Any):
+    """A quiet InferenceSession (``threads``: intra-op threads; ``optimize=False`` turns ORT's
+    graph optimizations off; ``config``: session config entries; other keywords set
+    SessionOptions attributes)."""
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.log_severity_level = QUIET
+    if threads is not None:
+        opts.intra_op_num_threads = threads
+    if not optimize:
+        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    for key, value in options.items():
+        setattr(opts, key, value)
+    for key, value in (config or {}).items():
+        opts.add_session_config_entry(key, value)
+    providers = providers or ["CPUExecutionProvider"]
+    proto = model if isinstance(model, onnx.ModelProto) else None
+    if proto is None and isinstance(model, (bytes, bytearray)):
+        proto = onnx.load_from_string(bytes(model))
+    elif proto is None:
+        proto = onnx.load(os.fspath(model), load_external_data=False)
+    if uses_onnxopt_kernels(proto):
+        from onnxopt.runtime import session as bridge_session
+
+        source = os.fspath(model) if isinstance(model, (str, os.PathLike)) else proto
+        return bridge_session(source, providers=providers, sess_options=opts)
+    source = (os.fspath(model) if isinstance(model, (str, os.PathLike))
+              else bytes(model) if isinstance(model, (bytes, bytearray))
+              else proto.SerializeToString())
+    return ort.InferenceSession(source, opts, providers=providers)
+
+
+def run(sess, feeds: dict, outputs: list[str] | None = None) -> list:
+    """``sess.run`` with ORT's own logging of a failure silenced (the exception remains)."""
+    import onnxruntime as ort
+
+    quiet = ort.RunOptions()
+    quiet.log_severity_level = QUIET
+    return sess.run(outputs, feeds, quiet)
+
+
+def first_line(e: BaseException) -> str:
+    """ORT's message of a failure, on one line, without its C++ source location noise."""
+    text = " ".join(str(e).split())
+    text = text.split("Status Message: ", 1)[-1]
+    return text[:240] if text else type(e).__name__
