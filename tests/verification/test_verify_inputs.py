@@ -10,6 +10,7 @@ import onnx
 from onnx import TensorProto, helper
 
 
+
 # A reflect Pad of 40 on a symbolic length: the model runs only on inputs longer than 40.
 def _reflect_pad_model(pad: int = 40) -> onnx.ModelProto:
     pads = helper.make_tensor("pads", TensorProto.INT64, [4], [0, pad, 0, pad])
@@ -79,8 +80,8 @@ def test_bad_inputs_and_shapes_are_usage_errors(tmp_path, cli):
          f"{tmp_path / 'wrong.npz'}: missing x; not inputs of the model: z"),
         (["--inputs", tmp_path / "nope.npz"], f"{tmp_path / 'nope.npz'}: no such file"),
         (["--shape", "seq"], "--shape seq: expected NAME=DIMS, e.g. input_ids=1x128 or seq=128"),
-        (["--shape", "q=5"], "--shape q: neither an input of the model nor one of its symbolic "
-                             "dims (one size) (x, batch, samples)"),
+        (["--shape", "q=5"], ("--shape q: neither an input of the model nor one of its "
+                              "symbolic dims (one size) (x, batch, samples)")),
         (["--shape", "x=5"], "--shape x: 1 dims given, the input has 2"),
     ]
     for extra, message in cases:
