@@ -10,7 +10,6 @@ import onnx
 from onnx import TensorProto, helper
 
 
-
 # A reflect Pad of 40 on a symbolic length: the model runs only on inputs longer than 40.
 def _reflect_pad_model(pad: int = 40) -> onnx.ModelProto:
     pads = helper.make_tensor("pads", TensorProto.INT64, [4], [0, pad, 0, pad])
