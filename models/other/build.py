@@ -287,7 +287,7 @@ def build_tf2onnx_style() -> tuple[onnx.ModelProto, list[str]]:
     def ref(x: np.ndarray) -> np.ndarray:
         def conv_nhwc(x, wt, b, stride, pads):  # wt OIHW; pads [top, left, bottom, right]
             x = np.pad(x, ((0, 0), (pads[0], pads[2]), (pads[1], pads[3]), (0, 0)))
-            o, i, kh, kw = wt.shape
+            o, _i, kh, kw = wt.shape
             n, h, ww, _ = x.shape
             oh, ow = (h - kh) // stride + 1, (ww - kw) // stride + 1
             out = np.zeros((n, oh, ow, o), np.float64)
@@ -774,7 +774,7 @@ def main(argv: list[str] | None = None) -> int:
         nodes = sum(len(g.node) for g in _graphs(proto))
         status = "ok" if not problems else "PROBLEMS"
         print(f"{n}.onnx: {os.path.getsize(path) // 1024} KB, {nodes} nodes, "
-              f"opset {[o.version for o in proto.opset_import if o.domain == ''][0]}, IR {proto.ir_version}: {status}")
+              f"opset {next(o.version for o in proto.opset_import if o.domain == '')}, IR {proto.ir_version}: {status}")
         for p in problems:
             print("  " + p)
         if problems:
