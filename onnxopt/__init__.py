@@ -9,11 +9,11 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-__all__ = ["OnnxoptError", "__version__", "explain", "optimize", "verify"]
+__all__ = ["OnnxoptError", "__version__", "bisect", "explain", "optimize", "verify"]
 
 
 def __getattr__(name: str):
-    if name in ("optimize", "verify", "explain"):
+    if name in ("optimize", "verify", "explain", "bisect"):
         from onnxopt import api
 
         return getattr(api, name)

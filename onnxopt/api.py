@@ -58,6 +58,23 @@ def verify(original: str | os.PathLike | ModelProto, optimized: str | os.PathLik
     return verify_models(norm(original), norm(optimized), **kwargs)
 
 
+def bisect(model: str | os.PathLike | ModelProto, output: str | os.PathLike | None = None, *,
+           inputs: list[tuple[str, dict]] | None = None, **option_kwargs: Any):
+    """Optimize, verify, and on a mismatch find the fusions or passes that cause it.
+
+    Returns a :class:`onnxopt.bisection.BisectReport` (``culprits``, ``lines()``); with
+    ``output`` the model optimized without the culprits is written there.
+    """
+    from onnxopt.bisection import bisect as run_bisect
+
+    options = OptimizeOptions(**_option_kwargs(option_kwargs))
+    source = os.fspath(model) if isinstance(model, (str, os.PathLike)) else model
+    found = run_bisect(source, options, {"inputs": inputs} if inputs else {})
+    if output is not None and found.culprits:
+        write_result(found.result, os.fspath(output), source if isinstance(source, str) else None)
+    return found
+
+
 def explain(model: str | os.PathLike | ModelProto, **option_kwargs: Any):
     """Every candidate region with what matched and why it was or was not fused."""
     from onnxopt.match.explain import explain_model

@@ -11,7 +11,7 @@ from onnxopt.rules.base import FUSED_DOMAIN
 
 
 def selected_rules(options: OptimizeOptions):
-    rules = all_rules()
+    rules = [*all_rules(), *options.extra_rules]
     names = {r.name for r in rules}
     for name in set(options.only) | set(options.disable):
         if name not in names:

@@ -26,7 +26,8 @@ class OptimizeOptions:
     ``hold_back`` names what this run must not do, as the safeguard finds it
     (:mod:`onnxopt.safeguard`): ``"pass:NAME"`` skips a normalization pass,
     ``"rule:NAME"`` a fusion rule, ``"fuse:RULE@ROOT"`` one fusion region (the
-    rule at the node it ends at).
+    rule at the node it ends at). ``extra_rules`` adds fusion rules of the
+    caller's own (instances of :class:`onnxopt.rules.base.Rule`).
     """
 
     target: str | None = None
@@ -40,6 +41,7 @@ class OptimizeOptions:
     fuse: bool = True
     debug: bool = False
     hold_back: frozenset[str] = field(default_factory=frozenset)
+    extra_rules: tuple = ()  # Rule instances run after the built-in ones (plugins, tests)
 
     def skips_pass(self, name: str) -> bool:
         return f"pass:{name}" in self.hold_back

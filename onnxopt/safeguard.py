@@ -22,13 +22,11 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable
 
 from onnx import ModelProto
 
-from onnxopt.fuse import selected_rules
+from onnxopt.holdback import minimal_hold, units_of
 from onnxopt.importer.load import read_model_proto
-from onnxopt.normalize import pass_names
 from onnxopt.options import OptimizeOptions
 from onnxopt.pipeline import OptimizeResult, Progress, StageFailure, run_pipeline
 from onnxopt.verification.loadable import Fitness, fitness
@@ -47,7 +45,7 @@ def optimize_guarded(source: str | ModelProto, options: OptimizeOptions,
             "checks": f"not loaded: {unchecked}" if unchecked else "passed"}
         return first
     start = time.perf_counter()
-    units = _units(first, options)
+    units = units_of(first, options)
     result, held, fallback = guard.search(units)
     result.report.stage_seconds["safeguard"] = time.perf_counter() - start
     result.report.stages["safeguard"] = {
@@ -110,7 +108,7 @@ class _Guard:
             if not problems:
                 return result, everything, "round trip"
             return self._original(), everything, "original"
-        held = _minimal_hold(units, lambda hold: not self.attempt(frozenset(hold))[1])
+        held = minimal_hold(units, lambda hold: not self.attempt(frozenset(hold))[1])
         result, _ = self.attempt(frozenset(held))
         return result, frozenset(held), "partial"
 
@@ -126,44 +124,6 @@ class _Guard:
         else:
             proto = read_model_proto(self.source)
         return dataclasses.replace(plain, proto=proto, external={}, passthrough=True)
-
-
-def _units(result: OptimizeResult | None, options: OptimizeOptions) -> list[str]:
-    """What the failed run did that can be held back, fusion regions first."""
-    if result is None:  # a stage raised: hold back whole rules and passes
-        return ([f"rule:{r.name}" for r in selected_rules(options)]
-                + [f"pass:{name}" for name in pass_names()])
-    stages = result.report.stages
-    regions = stages.get("fuse").regions if stages.get("fuse") is not None else []
-    units = [f"fuse:{r.rule}@{r.root}" for r in regions if r.status == "fused"]
-    changed = {name for stage in ("normalize", "cleanup") for name in (stages.get(stage) or {})}
-    units.extend(f"pass:{name}" for name in pass_names() if name in changed)
-    return units
-
-
-def _minimal_hold(units: list[str], fit: Callable[[list[str]], bool]) -> list[str]:
-    """Give units back in halves while the result stays fit; return those still held.
-
-    Starts from everything held (known fit). A half whose release keeps the result
-    fit is released at once; one that does not is split, down to single units.
-    """
-    held = list(units)
-
-    def release(group: list[str]) -> None:
-        if not group:
-            return
-        trial = [u for u in held if u not in group]
-        if fit(trial):
-            held[:] = trial
-            return
-        if len(group) == 1:
-            return
-        mid = len(group) // 2
-        release(group[:mid])
-        release(group[mid:])
-
-    release(list(held))
-    return held
 
 
 def _file_fitness(path: str) -> Fitness:

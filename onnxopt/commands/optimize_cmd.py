@@ -47,13 +47,16 @@ def _is_version(text: str) -> bool:
 @click.option("--disable", multiple=True, help="Do not run this fusion rule (repeatable).")
 @click.option("--no-fuse", is_flag=True, help="Rewrite nothing: import and export only (a round trip).")
 @click.option("-q", "--quiet", is_flag=True, help="Print nothing but errors.")
+@click.option("--bisect", "do_bisect", is_flag=True,
+              help="With --verify: on a mismatch, find the fusion or pass that causes it, name "
+                   "it, and write the model optimized without it.")
 @inputs_options
 @debug_option
 def optimize(model: str, output: str | None, json_path: str | None, do_verify: bool,
              target: str | None, ort_version: str | None, opset: int | None, determinism: str,
              tune: bool, tune_cache: str | None, only: tuple[str, ...], disable: tuple[str, ...],
-             no_fuse: bool, quiet: bool, inputs: tuple[str, ...], shapes: tuple[str, ...],
-             debug: bool) -> None:
+             no_fuse: bool, quiet: bool, do_bisect: bool, inputs: tuple[str, ...],
+             shapes: tuple[str, ...], debug: bool) -> None:
     """Optimize MODEL and write the result; print a report of what changed."""
     from onnxopt.api import check_output_path, write_result
     from onnxopt.commands.report import print_optimize, print_verify, stage_progress
@@ -67,6 +70,10 @@ def optimize(model: str, output: str | None, json_path: str | None, do_verify: b
 
         raise UsageError(f"{model}: no such file")
     check_output_path(model, output)
+    if do_bisect and not do_verify:
+        from onnxopt.errors import UsageError
+
+        raise UsageError("--bisect needs --verify (it looks for the cause of a mismatch)")
     if ort_version is not None and not _is_version(ort_version):
         from onnxopt.errors import UsageError
 
@@ -86,18 +93,33 @@ def optimize(model: str, output: str | None, json_path: str | None, do_verify: b
                    "written (please report this)", err=True)
     data = result.report.to_json()
     data["output"] = output
-    verify_report = None
+    verify_report = found = None
     if do_verify:
         from onnxopt.verification import verify_models
 
-        verify_report = verify_models(model, output, **verify_inputs(inputs, shapes))
+        given = verify_inputs(inputs, shapes)
+        verify_report = verify_models(model, output, **given)
         data["verify"] = verify_report.to_json()
+        if do_bisect and not verify_report.ok:
+            from onnxopt.bisection import bisect
+
+            found = bisect(model, options, given, first=result, first_report=verify_report)
+            data["bisect"] = found.to_json()
+            if found.culprits:
+                write_result(found.result, output, model)
     if not quiet:
         print_optimize(result.report, output)
         if verify_report is not None:
             print_verify(verify_report)
+    if found is not None:
+        for line in found.lines():
+            click.echo(line, err=bool(found.culprits) and quiet)
     if json_path:
         write_json(json_path, data)
+    if found is not None and found.culprits:
+        click.echo(f"onnxopt: warning: the optimized model differed from {model}; wrote it "
+                   "without the culprit found by --bisect (please report this)", err=True)
+        return
     if verify_report is not None and not verify_report.ok:
         bad = ", ".join(o.name for o in verify_report.outputs if not o.ok)
         raise VerificationError(f"optimized model differs from {model} beyond tolerance: {bad}")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import click
 
 from onnxopt.cli import debug_option, write_json
@@ -37,11 +39,18 @@ def verify_inputs(inputs: tuple[str, ...], shapes: tuple[str, ...]) -> dict:
               help="Relative tolerance (default: 1e-4 float32, 2e-2 float16).")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
               help="Also write the comparison as JSON.")
+@click.option("--bisect", "do_bisect", is_flag=True,
+              help="On a mismatch, optimize ORIGINAL again (default options) holding back "
+                   "fusions and passes by halves to find the one that causes it; write the "
+                   "model optimized without it to --output.")
+@click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
+              help="With --bisect: where to write the model optimized without the culprit "
+                   "(default: OPTIMIZED with .bisect.onnx).")
 @inputs_options
 @debug_option
 def verify(original: str, optimized: str, runs: int, seed: int, rtol: float | None,
-           json_path: str | None, inputs: tuple[str, ...], shapes: tuple[str, ...],
-           debug: bool) -> None:
+           json_path: str | None, do_bisect: bool, output: str | None,
+           inputs: tuple[str, ...], shapes: tuple[str, ...], debug: bool) -> None:
     """Run ORIGINAL and OPTIMIZED on the same random inputs and compare every output.
 
     Inputs respect symbolic dimensions (batch, seq), attention masks contain
@@ -51,11 +60,36 @@ def verify(original: str, optimized: str, runs: int, seed: int, rtol: float | No
     from onnxopt.errors import VerificationError
     from onnxopt.verification import verify_models
 
-    report = verify_models(original, optimized, runs=runs, seed=seed, rtol=rtol,
-                           **verify_inputs(inputs, shapes))
+    given = verify_inputs(inputs, shapes)
+    report = verify_models(original, optimized, runs=runs, seed=seed, rtol=rtol, **given)
     print_verify(report)
+    data = report.to_json()
+    if do_bisect and not report.ok:
+        data["bisect"] = _bisect(original, optimized, output, dict(given, rtol=rtol))
     if json_path:
-        write_json(json_path, report.to_json())
+        write_json(json_path, data)
     if not report.ok:
         bad = ", ".join(o.name for o in report.outputs if not o.ok)
         raise VerificationError(f"outputs differ beyond tolerance: {bad}")
+
+
+def _bisect(original: str, optimized: str, output: str | None, given: dict) -> dict:
+    """Re-optimize ``original`` and bisect; print the findings, write the culprit-free model."""
+    from onnxopt.api import check_output_path, write_result
+    from onnxopt.bisection import bisect
+    from onnxopt.options import OptimizeOptions
+
+    output = output or _beside(optimized, ".bisect.onnx")
+    check_output_path(original, output)
+    found = bisect(original, OptimizeOptions(), given)
+    for line in found.lines():
+        click.echo(line)
+    if found.culprits:
+        write_result(found.result, output, original)
+        click.echo(f"bisect: wrote {output}")
+    return found.to_json() | ({"output": output} if found.culprits else {})
+
+
+def _beside(path: str, suffix: str) -> str:
+    root, ext = os.path.splitext(path)
+    return (root if ext.lower() == ".onnx" else path) + suffix
