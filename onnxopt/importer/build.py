@@ -20,6 +20,8 @@ from onnx import AttributeProto, GraphProto, ModelProto, TensorProto
 from onnxopt.errors import ModelError
 from onnxopt.importer.load import (
     check_versions,
+    fix_undecodable_text,
+    has_undecodable_text,
     read_model_proto,
     resolve_external,
     tensor_bytes,
@@ -40,6 +42,10 @@ def import_model(source: str | ModelProto, *, infer_shapes: bool = True) -> Mode
     if isinstance(source, ModelProto):
         proto, label, base_dir = source, "<model>", None
         check_versions(proto, label)
+        if has_undecodable_text(proto):
+            proto = ModelProto()
+            proto.CopyFrom(source)  # the caller's proto stays as it was
+            fix_undecodable_text(proto)
     else:
         path = os.fspath(source)
         proto, label, base_dir = read_model_proto(path), path, os.path.dirname(os.path.abspath(path))
@@ -176,6 +182,9 @@ class _Importer:
             if vi.name in initializers:
                 graph.input_defaults[vi.name] = self._tensor(initializers.pop(vi.name))
             v.doc_string = vi.doc_string
+        for p in g.node:  # ONNX Runtime takes the latest definition: a Constant node's
+            if p.op_type == "Constant" and len(p.output) == 1:  # over an initializer's
+                initializers.pop(p.output[0], None)
         for name, t in initializers.items():
             self._claim(scope, names, name, "initializer")
             scope.values[name] = graph.add_constant(self._tensor(t), name, exact_name=True)
@@ -196,10 +205,7 @@ class _Importer:
             if v.type_proto is None:
                 v.type_proto = _other_type(vi.type)
             outputs.append(v)
-        if len({o.name for o in outputs}) != len(outputs) and parent is None:
-            dup = next(o.name for o in outputs if [p.name for p in outputs].count(o.name) > 1)
-            raise ModelError(f"{self.label}: graph output '{dup}' is listed twice")
-        graph.set_outputs(outputs)
+        graph.set_outputs(outputs)  # (a value may be listed twice: ORT returns it twice)
         if parent is not None:
             graph.declared_output_types = [vi.type for vi in g.output]
         return graph

@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 
 import onnx
+from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import DecodeError
 from onnx import ModelProto, TensorProto
 
@@ -20,7 +21,7 @@ from onnxopt.errors import ModelError, UsageError
 from onnxopt.ir.dtypes import dtype_name, numpy_dtype
 from onnxopt.ir.tensor import ExternalLocation
 
-MIN_IR_VERSION = 3
+_STRING, _MESSAGE = FieldDescriptor.TYPE_STRING, FieldDescriptor.TYPE_MESSAGE
 # Strings have no fixed size; 4-bit types pack two elements per byte.
 _UNSIZED = frozenset({"string", "int4", "uint4", "float4e2m1"})
 
@@ -55,17 +56,54 @@ def parse_model_bytes(data: bytes, label: str) -> ModelProto:
     if not model.HasField("graph"):
         raise ModelError(f"{label}: not an ONNX model (no graph in the protobuf)")
     check_versions(model, label)
+    if has_undecodable_text(model):
+        fix_undecodable_text(model)
     return model
 
 
+def has_undecodable_text(message) -> bool:
+    """Whether a string field holds bytes that are not UTF-8 (protobuf then hands them out as
+    ``bytes``, and cannot write them back). About 6 µs per node."""
+    for field, value in message.ListFields():
+        if field.type == _STRING:
+            if isinstance(value, bytes) or (field.is_repeated and any(
+                    isinstance(x, bytes) for x in value)):
+                return True
+        elif field.type == _MESSAGE and any(
+                has_undecodable_text(x) for x in (value if field.is_repeated else [value])):
+            return True
+    return False
+
+
+def fix_undecodable_text(message) -> None:
+    """Decode such bytes with U+FFFD for what is not UTF-8 — every occurrence of the same
+    bytes the same way, so names still match — in place."""
+    for field, value in message.ListFields():
+        if field.type == _STRING:
+            if field.is_repeated:
+                if any(isinstance(x, bytes) for x in value):
+                    fixed = [_text(x) for x in value]
+                    del value[:]
+                    value.extend(fixed)
+            elif isinstance(value, bytes):
+                setattr(message, field.name, _text(value))
+        elif field.type == _MESSAGE:
+            for x in (value if field.is_repeated else [value]):
+                fix_undecodable_text(x)
+
+
+def _text(value: str | bytes) -> str:
+    return value.decode("utf-8", errors="replace") if isinstance(value, bytes) else value
+
+
 def check_versions(model: ModelProto, label: str) -> None:
-    """Refuse only what no runtime could load: an IR version outside ONNX's range, or an ONNX
-    opset newer than any released one. Every older opset (ONNX Runtime runs 7 and later, and
+    """Refuse only what no runtime could load: an IR version or an ONNX opset newer than any
+    this onnx knows (an old or even a missing IR version loads in ONNX Runtime). Every older opset (ONNX Runtime runs 7 and later, and
     onnxopt keeps what it does not model untouched) and models that import no ONNX domain at
     all (``ai.onnx.ml`` only) go through."""
-    if model.ir_version < MIN_IR_VERSION or model.ir_version > onnx.IR_VERSION:
+    if model.ir_version > onnx.IR_VERSION:
         raise ModelError(f"{label}: unsupported IR version {model.ir_version} "
-                         f"(supported: {MIN_IR_VERSION} to {onnx.IR_VERSION})")
+                         f"(newer than {onnx.IR_VERSION}, the newest this onnx knows)")
     for imp in model.opset_import:
         if imp.domain in ("", "ai.onnx") and (imp.version < 1 or imp.version > max_opset()):
             raise ModelError(f"{label}: unsupported opset {imp.version} "

@@ -20,16 +20,14 @@ from onnxopt.errors import ModelError
 def topological_order(g: GraphProto, lookup: Callable[[str], object], label: str
                       ) -> list[tuple[int, NodeProto]]:
     """``(index in g.node, node)`` in an order where every node follows what it reads."""
-    nodes = list(g.node)
+    every = list(g.node)
+    kept = _without_shadowed_constants(every, label)
+    nodes = [every[i] for i in kept]
     producer: dict[str, int] = {}
     for i, n in enumerate(nodes):
         for out in n.output:
-            if not out:
-                continue
-            if out in producer:
-                raise ModelError(f"{label}: duplicate output name '{out}' (produced by two nodes: "
-                                 f"'{_label(nodes[producer[out]])}' and '{_label(n)}')")
-            producer[out] = i
+            if out:
+                producer[out] = i
     deps: list[list[int]] = []
     in_order = True
     for i, n in enumerate(nodes):
@@ -49,8 +47,31 @@ def topological_order(g: GraphProto, lookup: Callable[[str], object], label: str
                 in_order = False
         deps.append(mine)
     if in_order:
-        return list(enumerate(nodes))
-    return _kahn(nodes, deps, label)
+        return [(kept[i], n) for i, n in enumerate(nodes)]
+    return [(kept[i], n) for i, n in _kahn(nodes, deps, label)]
+
+
+def _without_shadowed_constants(nodes: list[NodeProto], label: str) -> list[int]:
+    """Indices of the nodes that count: a name produced twice is an error, except between
+    Constant nodes, where ONNX Runtime takes the latest (as it does for initializers)."""
+    producer: dict[str, int] = {}
+    dropped: set[int] = set()
+    for i, n in enumerate(nodes):
+        for out in n.output:
+            if not out:
+                continue
+            j = producer.get(out)
+            if j is not None:
+                if not (_is_constant(n) and _is_constant(nodes[j])):
+                    raise ModelError(f"{label}: duplicate output name '{out}' (produced by two "
+                                     f"nodes: '{_label(nodes[j])}' and '{_label(n)}')")
+                dropped.add(j)
+            producer[out] = i
+    return [i for i in range(len(nodes)) if i not in dropped]
+
+
+def _is_constant(n: NodeProto) -> bool:
+    return n.op_type == "Constant" and n.domain in ("", "ai.onnx") and len(n.output) == 1
 
 
 def _kahn(nodes: list[NodeProto], deps: list[list[int]], label: str

@@ -16,9 +16,11 @@ looks, and go back to their own domain on export.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
+import onnx
 from onnx import AttributeProto
 
 from onnxopt.ir.dtypes import numpy_dtype
@@ -73,7 +75,7 @@ def upgrade(node: Node, graph: Graph, opset: int) -> None:
     ``node``'s inputs must already be wired; its first input's dtype is read for
     operands typed like the data (``Pad``'s value, ``Clip``'s bounds).
     """
-    if opset < OLDEST_MODELLED_OPSET:
+    if opset < OLDEST_MODELLED_OPSET or _off_schema(node, opset):
         _make_opaque(node)
         return
     if node.op_type in _AXIS_COERCING and opset < 13:
@@ -102,6 +104,30 @@ def upgrade(node: Node, graph: Graph, opset: int) -> None:
     while new_inputs and new_inputs[-1] is None:
         new_inputs.pop()
     graph.set_inputs(node, new_inputs)
+
+
+def _off_schema(node: Node, opset: int) -> bool:
+    """The node does not fit its op's schema at ``opset``: no such op, an attribute it does
+    not have or of another type. ONNX Runtime refuses such a node; no pass may read it."""
+    attrs = _schema_attributes(node.op_type, opset)
+    if attrs is None:
+        return True
+    for name, attr in node.attrs.items():
+        if isinstance(attr.value, tuple) and len(attr.value) == 2 and attr.value[0] == "ref":
+            continue  # a function body's reference to its caller's attribute
+        if attrs.get(name) != attr.type:
+            return True
+    return False
+
+
+@functools.lru_cache(maxsize=4096)
+def _schema_attributes(op_type: str, opset: int) -> dict[str, int] | None:
+    """Attribute name -> AttributeProto type code of the op at ``opset`` (None: no such op)."""
+    try:
+        schema = onnx.defs.get_schema(op_type, max_inclusive_version=opset, domain="")
+    except onnx.defs.SchemaError:
+        return None
+    return {name: int(a.type) for name, a in schema.attributes.items()}
 
 
 def _make_opaque(node: Node) -> None:

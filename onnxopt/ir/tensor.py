@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 from onnx import TensorProto, numpy_helper
 
+from onnxopt.errors import ModelError
 from onnxopt.ir.dtypes import dtype_name, from_numpy, numpy_dtype
 
 
@@ -93,10 +94,19 @@ class LazyTensor:
         """Load (and cache) the value as a NumPy array."""
         if self._array is not None:
             return self._array
-        if self._external is not None:
-            array = self._read_external()
-        else:
-            array = numpy_helper.to_array(self._proto)
+        try:
+            if self._external is not None:
+                array = self._read_external()
+            else:
+                array = numpy_helper.to_array(self._proto)
+            if array.shape != self.shape:
+                raise ValueError(f"{array.size} elements for shape {list(self.shape)}")
+        except (ValueError, TypeError) as e:
+            # The file's bytes do not fit the tensor's type and shape: ONNX Runtime refuses it
+            # too, but only where it reads it; onnxopt says so only where a pass needs it.
+            name = self._proto.name if self._proto is not None else "a tensor"
+            raise ModelError(f"tensor '{name}': its data does not match its type and shape "
+                             f"({' '.join(str(e).split())[:120]})") from None
         self._array = array
         return array
 
