@@ -77,7 +77,7 @@ def bisect(model: str | os.PathLike | ModelProto, output: str | os.PathLike | No
 
 def explain(model: str | os.PathLike | ModelProto, **option_kwargs: Any):
     """Every candidate region with what matched and why it was or was not fused."""
-    from onnxopt.match.explain import explain_model
+    from onnxopt.pipeline import explain_model
 
     options = OptimizeOptions(**_option_kwargs(option_kwargs))
     source = os.fspath(model) if isinstance(model, (str, os.PathLike)) else model

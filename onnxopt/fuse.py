@@ -1,64 +1,205 @@
-"""The fuse stage (match → legality → rewrite) as the pipeline calls it."""
+"""Stages 3–5 driven together: match by root op, check legality, rewrite.
+
+Rules are indexed by root op type; a worklist holds nodes to try, in every graph of
+the model (the main graph and each If/Loop/Scan body, outer graphs first). When a
+rule fires, the nodes that read its new outputs are queued again, so the cost grows
+with the graph, not with its square. For every rule the driver keeps what
+``explain`` shows: each region fused, each region refused with the legality reason,
+and the best partial match with the reason it stopped. The fused nodes a rule makes
+are checked against their op's schema (:data:`onnxopt.ops.FUSED_OPS`).
+"""
 
 from __future__ import annotations
 
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from onnxopt.errors import UsageError
+from onnxopt.ir.builder import FUSED_DOMAIN, NodeBuilder
+from onnxopt.ir.edit import remove_if_dead, replace_value
+from onnxopt.ir.graph import Graph
 from onnxopt.ir.model import Model
-from onnxopt.legality.target import make_target
-from onnxopt.match.driver import FusionReport, fuse
+from onnxopt.ir.node import Node
+from onnxopt.ir.verifier import verify_graph
+from onnxopt.legality.predicates import used_outside
+from onnxopt.legality.target import Target, make_target
+from onnxopt.match.pattern import Builder, Match, Trace, match_pattern
+from onnxopt.ops import FUSED_OPS
 from onnxopt.options import OptimizeOptions
 from onnxopt.rules import all_rules
-from onnxopt.rules.base import FUSED_DOMAIN
+from onnxopt.rules.base import Rule
 
 
-def selected_rules(options: OptimizeOptions):
+def selected_rules(options: OptimizeOptions) -> list[Rule]:
+    """The built-in rules and the caller's own, less those ``--only``/``--disable`` exclude."""
     rules = [*all_rules(), *options.extra_rules]
     names = {r.name for r in rules}
     for name in set(options.only) | set(options.disable):
         if name not in names:
-            from onnxopt.errors import UsageError
-
             raise UsageError(f"unknown rule '{name}' (rules: {', '.join(sorted(names))})")
     if options.only:
         rules = [r for r in rules if r.name in options.only]
     return [r for r in rules if r.name not in options.disable]
 
 
-MAX_ROUNDS = 3
-
-
 def run(model: Model, options: OptimizeOptions) -> FusionReport | None:
-    """Fuse, then settle: normalize, and fuse again while that removed fused nodes.
-
-    A rewrite can leave the nodes it replaced alive through shape readers alone (a
-    TorchScript export reads the Shape of its head-merge Transpose to build a Reshape
-    target). Such a node is not used, but until normalization folds those shapes it still
-    reads its inputs, and a later match that needs them alone is refused ("also used
-    outside the match"). After the settle the refused regions get a second round, and
-    stage 6 sees only fused nodes whose results are used.
-    """
+    """The fuse stage: every selected rule over every graph (the pipeline settles after)."""
     if not options.fuse:
         return None
-    from onnxopt import normalize
-
     target = make_target(options.target, determinism=options.determinism,
                          ort_version=options.ort_version, opset=options.opset)
-    rules = selected_rules(options)
-    report = fuse(model, rules, target, debug=options.debug, hold_back=options.skips_region)
-    for _ in range(MAX_ROUNDS - 1):
-        before = _fused_nodes(model)
-        normalize.run(model, options)
-        if _fused_nodes(model) == before:
-            break
-        again = fuse(model, rules, target, debug=options.debug, hold_back=options.skips_region)
-        # Every candidate is matched again: keep the first round's fusions, and the second
-        # round's word on everything (what still cannot fuse, and why).
-        report.regions = [r for r in report.regions if r.status == "fused"] + again.regions
-    # A partial match whose root another rule then fused (a norm pattern that started at a
-    # GELU's Add) says nothing about what is left unfused.
-    alive = {n.name for n in model.graph.all_nodes()}
-    report.regions = [r for r in report.regions if r.status != "partial" or r.root in alive]
+    return fuse(model, selected_rules(options), target, debug=options.debug,
+                hold_back=options.skips_region)
+
+
+def fused_node_count(model: Model) -> int:
+    return sum(1 for n in model.graph.all_nodes() if n.domain == FUSED_DOMAIN)
+
+
+# A partial match is worth reporting once it got a few nodes past the root.
+CANDIDATE_PROGRESS = 3
+HELD_BACK = "held back: with this fusion the result did not pass the output checks"
+
+
+@dataclass
+class Region:
+    """One candidate region of one rule: fused, refused, or a partial match."""
+
+    rule: str
+    root: str
+    status: str  # "fused" | "refused" | "partial"
+    detail: str
+    nodes: int = 0
+
+    def to_json(self) -> dict:
+        return self.__dict__.copy()
+
+
+@dataclass
+class FusionReport:
+    regions: list[Region] = field(default_factory=list)
+
+    def summary(self) -> dict[str, dict]:
+        out: dict[str, dict] = {}
+        for r in self.regions:
+            entry = out.setdefault(r.rule, {"fused": 0, "refused": 0, "partial": 0, "reasons": {}})
+            entry[r.status] += 1
+            if r.status != "fused":
+                entry["reasons"][r.detail] = entry["reasons"].get(r.detail, 0) + 1
+        for entry in out.values():
+            entry["reasons"] = dict(sorted(entry["reasons"].items(), key=lambda kv: -kv[1]))
+        return out
+
+    def count(self, rule: str, status: str = "fused") -> int:
+        return sum(1 for r in self.regions if r.rule == rule and r.status == status)
+
+    def to_json(self) -> dict:
+        return {"summary": self.summary(), "regions": [r.to_json() for r in self.regions]}
+
+
+class MatchError(AssertionError):
+    """A rule misbehaved (debug mode): claimed success without changing the graph."""
+
+
+def fuse(model: Model, rules: list[Rule], target: Target, *, debug: bool = False,
+         apply: bool = True, hold_back: Callable[[str, str], bool] | None = None
+         ) -> FusionReport:
+    """Apply ``rules`` to every graph of the model — the main graph and each If/Loop/Scan
+    body, outer graphs first — with ``apply=False`` only report. ``hold_back(rule, root)``
+    names regions that must stay as they are (the safeguard's per-fusion rollback)."""
+    report = FusionReport()
+    by_root: dict[str, list[tuple[Rule, object]]] = {}
+    p = Builder()
+    for rule in rules:
+        rule.begin(model)
+        pattern = rule.pattern(p)
+        for root in (rule.root,) if isinstance(rule.root, str) else rule.root:
+            by_root.setdefault(root, []).append((rule, pattern))
+    for graph in _graphs(model.graph):
+        _run_worklist(graph, by_root, target, report, debug, apply,
+                      hold_back or (lambda _rule, _root: False))
     return report
 
 
-def _fused_nodes(model: Model) -> int:
-    return sum(1 for n in model.graph.all_nodes() if n.domain == FUSED_DOMAIN)
+def _graphs(graph: Graph) -> list[Graph]:
+    """``graph`` and every subgraph below it, outer first (a snapshot: rules may add some)."""
+    out, stack = [], [graph]
+    while stack:
+        g = stack.pop()
+        out.append(g)
+        for node in g:
+            stack.extend(node.subgraphs())
+    return out
+
+
+def _run_worklist(graph: Graph, by_root, target: Target, report: FusionReport, debug: bool,
+                  apply: bool, hold_back: Callable[[str, str], bool]) -> None:
+    work = deque(n for n in graph if n.op_type in by_root)
+    queued = {id(n) for n in work}
+    done: dict[tuple[int, str], Node] = {}  # holds the nodes, so ids are never reused
+    while work:
+        node = work.popleft()
+        queued.discard(id(node))
+        if node.graph is not graph:
+            continue
+        for rule, pattern in by_root.get(node.op_type, ()):
+            key = (id(node), rule.name)
+            if key in done:
+                continue
+            done[key] = node
+            trace = Trace()
+            m = match_pattern(pattern, node, trace)
+            if m is None:
+                best = trace.best
+                if best is not None and best.progress >= CANDIDATE_PROGRESS:
+                    report.regions.append(Region(rule.name, node.name, "partial", best.reason,
+                                                 best.progress))
+                continue
+            reason = used_outside(m.nodes, m.root) or rule.legal(m, target)
+            if not reason and hold_back(rule.name, node.name):
+                reason = HELD_BACK
+            if reason:
+                report.regions.append(Region(rule.name, node.name, "refused", reason,
+                                             len(m.nodes)))
+                continue
+            report.regions.append(Region(rule.name, node.name, "fused", rule.describe(m),
+                                         len(m.nodes)))
+            if not apply:
+                continue
+            new_users = _apply(graph, rule, m, debug)
+            for user in new_users:
+                if user.op_type in by_root and id(user) not in queued:
+                    work.append(user)
+                    queued.add(id(user))
+            break
+
+
+def _apply(graph: Graph, rule: Rule, m: Match, debug: bool) -> list[Node]:
+    b = NodeBuilder(graph, m.root, rule.name, schemas=FUSED_OPS)
+    result = rule.rewrite(b, m)
+    new_outputs = result if isinstance(result, list) else [result]
+    if debug and not b.nodes:
+        raise MatchError(f"rule {rule.name} reported a rewrite but created no node")
+    users: list[Node] = []
+    for old, new in zip(m.root.outputs, new_outputs):
+        if new.dtype is None:
+            new.dtype = old.dtype
+        if new.shape is None:
+            new.shape = old.shape
+        users.extend(n for n, _ in old.uses())
+        if not replace_value(graph, old, new):
+            raise MatchError(f"rule {rule.name}: cannot replace graph output %{old.name}")
+    users.extend(n for n in b.nodes)
+    # Until nothing changes: a matched node read only by another matched node dies with it,
+    # whatever order the pattern listed them in (a dead fused node left here would be bound
+    # by stage 6 and would block later matches that share its inputs).
+    pending = [n for n in reversed(m.nodes) if n.graph is graph]
+    while True:
+        dead = [n for n in pending if remove_if_dead(graph, n)]
+        if not dead:
+            break
+        pending = [n for n in pending if n.graph is graph]
+    if debug:
+        verify_graph(graph)
+    return users

@@ -18,13 +18,16 @@ from typing import Any
 
 from onnx import ModelProto
 
+from onnxopt import fuse, normalize, select
 from onnxopt.errors import OnnxoptError
 from onnxopt.exporter import export_model_lazy
+from onnxopt.fuse import FusionReport
 from onnxopt.importer import import_model
 from onnxopt.ir.model import Model
 from onnxopt.ir.tensor import LazyTensor
 from onnxopt.ir.verifier import verify_graph
 from onnxopt.options import OptimizeOptions
+from onnxopt.select import SelectReport
 
 Progress = Callable[[str], None]
 
@@ -126,20 +129,79 @@ def run_pipeline(source: str | ModelProto, options: OptimizeOptions | None = Non
 
 
 def _stages(options: OptimizeOptions) -> list[tuple[str, Callable[[Model, OptimizeOptions], Any]]]:
-    """The stages after import, in order (each module owns its stage)."""
-    from onnxopt import fuse, normalize, select
-
+    """The stages after import, in order (each module owns its stage; the driver alone calls
+    a stage again — settling the fuse stage, cleaning up after selection)."""
     if not options.fuse:
         return []  # a pure round trip: import and export, nothing rewritten
-    stages: list[tuple[str, Callable[[Model, OptimizeOptions], Any]]] = [
+    return [
         ("normalize", normalize.run),
-        ("fuse", fuse.run),
+        ("fuse", fuse_and_settle),
         ("select", select.run),
         # Emitted kernels bring layout conversions that may cancel against the model's own
-        # head split/merge; the driver re-runs normalization to clean up (a pass, not a call back).
+        # head split/merge; normalization runs again to clean up.
         ("cleanup", normalize.run),
     ]
-    return stages
+
+
+SETTLE_ROUNDS = 3
+
+
+def fuse_and_settle(model: Model, options: OptimizeOptions) -> FusionReport | None:
+    """Fuse, then settle: normalize, and fuse again while that removed fused nodes.
+
+    A rewrite can leave the nodes it replaced alive through shape readers alone (a
+    TorchScript export reads the Shape of its head-merge Transpose to build a Reshape
+    target). Such a node is not used, but until normalization folds those shapes it still
+    reads its inputs, and a later match that needs them alone is refused ("also used
+    outside the match"). After the settle the refused regions get a second round, and
+    stage 6 sees only fused nodes whose results are used.
+    """
+    report = fuse.run(model, options)
+    if report is None:
+        return None
+    for _ in range(SETTLE_ROUNDS - 1):
+        before = fuse.fused_node_count(model)
+        normalize.run(model, options)
+        if fuse.fused_node_count(model) == before:
+            break
+        again = fuse.run(model, options)
+        # Every candidate is matched again: keep the first round's fusions, and the second
+        # round's word on everything (what still cannot fuse, and why).
+        report.regions = [r for r in report.regions if r.status == "fused"] + again.regions
+    # A partial match whose root another rule then fused (a norm pattern that started at a
+    # GELU's Add) says nothing about what is left unfused.
+    alive = {n.name for n in model.graph.all_nodes()}
+    report.regions = [r for r in report.regions if r.status != "partial" or r.root in alive]
+    return report
+
+
+@dataclass
+class Explanation:
+    """What ``onnxopt explain`` shows: every candidate region, and every kernel choice."""
+
+    fusion: FusionReport
+    selection: SelectReport | None
+
+    def to_json(self) -> dict:
+        return {"fusion": self.fusion.to_json(),
+                "selection": self.selection.to_json() if self.selection else None}
+
+
+def explain_model(source: str | ModelProto, options: OptimizeOptions,
+                  rule: str | None = None) -> Explanation:
+    """The stages of ``optimize`` up to selection, so what it says is exactly what ``optimize``
+    would do; nothing is written."""
+    model = import_model(source)
+    normalize.run(model, options)
+    report = fuse_and_settle(model, options) or FusionReport()
+    selection = select.run(model, options)
+    if rule:
+        report = FusionReport([r for r in report.regions if r.rule == rule])
+        if selection is not None:
+            # fused nodes are named "<rule>/<op>" by the rewrite builder
+            selection.selections = [s for s in selection.selections
+                                    if s.node.split("/")[0] == rule]
+    return Explanation(report, selection)
 
 
 def _jsonable(v: Any) -> Any:

@@ -11,8 +11,9 @@ import pytest
 
 import onnxopt
 from onnxopt import fuse
+from onnxopt.ir.builder import NodeBuilder
 from onnxopt.match.pattern import Builder, Match, Pat
-from onnxopt.rules.base import RewriteBuilder, Rule
+from onnxopt.rules.base import Rule
 from onnxopt.verification import verify_models
 
 TEXT = """
@@ -35,7 +36,7 @@ class WrongRelu(Rule):
     def pattern(self, p: Builder) -> Pat:
         return p.Relu(p.Neg(p.var("x")))
 
-    def rewrite(self, b: RewriteBuilder, m: Match):
+    def rewrite(self, b: NodeBuilder, m: Match):
         return b.op("Relu", m.x)
 
 

@@ -23,8 +23,8 @@ def explain(model: str, rule: str | None, target: str | None, determinism: str,
     a partial match (with where it stopped), and the kernel chosen for each fused op."""
     from onnxopt.commands.report import print_explain
     from onnxopt.errors import UsageError
-    from onnxopt.match.explain import explain_model
     from onnxopt.options import OptimizeOptions
+    from onnxopt.pipeline import explain_model
     from onnxopt.rules import all_rules
 
     if rule and rule not in {r.name for r in all_rules()}:

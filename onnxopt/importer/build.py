@@ -26,13 +26,13 @@ from onnxopt.importer.load import (
     resolve_external,
     tensor_bytes,
 )
-from onnxopt.importer.semantics import annotate
 from onnxopt.importer.toposort import topological_order
 from onnxopt.ir.dtypes import dtype_name
 from onnxopt.ir.graph import Graph, NameScope
 from onnxopt.ir.model import Model
 from onnxopt.ir.node import Attr, Node
 from onnxopt.ir.opset_spelling import upgrade
+from onnxopt.ir.semantics import annotate
 from onnxopt.ir.tensor import LazyTensor
 from onnxopt.ir.value import Shape, Value
 

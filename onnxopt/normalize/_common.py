@@ -13,11 +13,11 @@ from collections.abc import Iterable
 import numpy as np
 from onnx import AttributeProto
 
-from onnxopt.importer.semantics import annotate
 from onnxopt.ir.dtypes import FLOAT_TYPES
 from onnxopt.ir.graph import Graph
 from onnxopt.ir.model import Model
 from onnxopt.ir.node import Attr, Node
+from onnxopt.ir.semantics import annotate
 from onnxopt.ir.value import Shape, Value
 
 STANDARD_DOMAINS = frozenset({"", "ai.onnx"})

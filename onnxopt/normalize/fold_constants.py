@@ -30,11 +30,11 @@ from collections.abc import Callable
 
 import numpy as np
 
-from onnxopt.importer.semantics import reduction_semantics
 from onnxopt.ir.dtypes import dtype_code, dtype_name, from_numpy, numpy_dtype
 from onnxopt.ir.graph import Graph
 from onnxopt.ir.model import Model
 from onnxopt.ir.node import Node
+from onnxopt.ir.semantics import reduction_semantics
 from onnxopt.ir.tensor import LazyTensor
 from onnxopt.normalize._common import STANDARD_DOMAINS, all_graphs, ort_slice, static_shape
 from onnxopt.normalize.shape_rules import RULES

@@ -18,11 +18,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from onnxopt.importer.semantics import annotate
 from onnxopt.ir.edit import remove_if_dead, replace_value
 from onnxopt.ir.graph import Graph
 from onnxopt.ir.model import Model
 from onnxopt.ir.node import Node
+from onnxopt.ir.semantics import annotate
 from onnxopt.ir.tensor import LazyTensor
 from onnxopt.ir.value import Value
 from onnxopt.normalize import symdim as sd

@@ -27,11 +27,11 @@ last two axes, so the exported model computes the same function.
 
 from __future__ import annotations
 
-from onnxopt.importer.semantics import annotate
 from onnxopt.ir.edit import replace_value
 from onnxopt.ir.graph import Graph
 from onnxopt.ir.model import Model
 from onnxopt.ir.node import Node
+from onnxopt.ir.semantics import annotate
 from onnxopt.ir.value import Value
 from onnxopt.normalize._common import (
     all_graphs,

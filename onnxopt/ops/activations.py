@@ -19,7 +19,7 @@ import math
 import numpy as np
 
 from onnxopt.ir.node import Node
-from onnxopt.ops.base import FusedOp, register
+from onnxopt.ops.base import FusedOp
 from onnxopt.ops.norms import scalar
 
 SQRT_HALF = 1.0 / math.sqrt(2.0)
@@ -86,7 +86,7 @@ def reference_swiglu(gate, up, **_):
     return (g * _sigmoid(g) * np.asarray(up, np.float64)).astype(np.asarray(gate).dtype)
 
 
-GELU = register(FusedOp(
+GELU = FusedOp(
     name="GeluFused",
     inputs=("X", "bias?"),
     outputs=("Y",),
@@ -94,9 +94,9 @@ GELU = register(FusedOp(
     decompose=decompose_gelu,
     reference=reference_gelu,
     doc=__doc__,
-))
+)
 
-SILU = register(FusedOp(
+SILU = FusedOp(
     name="SiluFused",
     inputs=("X",),
     outputs=("Y",),
@@ -104,13 +104,13 @@ SILU = register(FusedOp(
     decompose=decompose_silu,
     reference=reference_silu,
     doc=__doc__,
-))
+)
 
-SWIGLU = register(FusedOp(
+SWIGLU = FusedOp(
     name="SwiGLUFused",
     inputs=("gate", "up"),
     outputs=("Y",),
     decompose=decompose_swiglu,
     reference=reference_swiglu,
     doc=__doc__,
-))
+)

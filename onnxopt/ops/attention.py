@@ -31,7 +31,7 @@ from __future__ import annotations
 import numpy as np
 
 from onnxopt.ir.node import Node
-from onnxopt.ops.base import FusedOp, register
+from onnxopt.ops.base import FusedOp
 
 
 def decompose(b, node: Node):
@@ -197,7 +197,7 @@ def _np_dtype(dtype: str | None):
     return numpy_dtype(dtype or "float32")
 
 
-ATTENTION = register(FusedOp(
+ATTENTION = FusedOp(
     name="AttentionFused",
     inputs=("Q", "K", "V", "mask?", "key_padding_mask?", "q_weight?", "k_weight?", "v_weight?",
             "q_bias?", "k_bias?", "v_bias?"),
@@ -208,4 +208,4 @@ ATTENTION = register(FusedOp(
     decompose=decompose,
     reference=reference,
     doc=__doc__,
-))
+)

@@ -4,7 +4,7 @@ Fused ops live in domain ``ai.onnxopt`` and are abstract: they say *what* is
 computed (``AttentionFused``), never *how*. Each one defines
 
 - its schema (inputs, outputs, attributes with defaults), checked when a rule
-  creates one;
+  creates one (:class:`onnxopt.ir.builder.NodeBuilder` with ``schemas=FUSED_OPS``);
 - ``decompose``: standard ONNX ops computing the same function, so a model is
   runnable when no faster kernel is legal;
 - ``reference``: a NumPy implementation with the same semantics, used by tests
@@ -36,33 +36,3 @@ class FusedOp:
 
     def attributes(self, node: Node) -> dict[str, Any]:
         return {k: node.attr(k, default) for k, default in self.attrs.items()}
-
-
-REGISTRY: dict[str, FusedOp] = {}
-
-
-def register(op: FusedOp) -> FusedOp:
-    REGISTRY[op.name] = op
-    return op
-
-
-def fused_op(name: str) -> FusedOp:
-    _load()
-    return REGISTRY[name]
-
-
-def all_fused_ops() -> dict[str, FusedOp]:
-    _load()
-    return dict(REGISTRY)
-
-
-def _load() -> None:
-    """Import every module of this package: each registers its fused ops."""
-    import importlib
-    import pkgutil
-
-    import onnxopt.ops as package
-
-    for info in pkgutil.iter_modules(package.__path__):
-        if info.name != "base":
-            importlib.import_module(f"onnxopt.ops.{info.name}")

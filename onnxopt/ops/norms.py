@@ -22,7 +22,7 @@ import numpy as np
 
 from onnxopt.ir.dtypes import dtype_code, numpy_dtype
 from onnxopt.ir.node import Node
-from onnxopt.ops.base import FusedOp, register
+from onnxopt.ops.base import FusedOp
 
 
 def builder_opset(b) -> int:
@@ -153,7 +153,7 @@ def reference_rms_norm(x, gamma=None, residual=None, *, epsilon=1e-6, has_residu
 
 _RESIDUAL = {"LayerNormFused": 3, "RMSNormFused": 2}
 
-LAYER_NORM = register(FusedOp(
+LAYER_NORM = FusedOp(
     name="LayerNormFused",
     inputs=("X", "gamma?", "beta?", "residual?"),
     outputs=("Y", "S?"),
@@ -161,9 +161,9 @@ LAYER_NORM = register(FusedOp(
     decompose=decompose_layer_norm,
     reference=reference_layer_norm,
     doc=__doc__,
-))
+)
 
-RMS_NORM = register(FusedOp(
+RMS_NORM = FusedOp(
     name="RMSNormFused",
     inputs=("X", "gamma?", "residual?"),
     outputs=("Y", "S?"),
@@ -171,4 +171,4 @@ RMS_NORM = register(FusedOp(
     decompose=decompose_rms_norm,
     reference=reference_rms_norm,
     doc=__doc__,
-))
+)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from onnxopt.ir.node import Node
-from onnxopt.ops.base import FusedOp, register
+from onnxopt.ops.base import FusedOp
 
 
 def _slice(b, x, start: int, end: int, step: int = 1):
@@ -65,7 +65,7 @@ def reference(x, cos, sin, *, interleaved=0, rotary_dim=0, **_):
     return np.concatenate([y, rest], axis=-1).astype(np.asarray(x).dtype)
 
 
-ROTARY = register(FusedOp(
+ROTARY = FusedOp(
     name="RotaryFused",
     inputs=("X", "cos", "sin"),
     outputs=("Y",),
@@ -73,4 +73,4 @@ ROTARY = register(FusedOp(
     decompose=decompose,
     reference=reference,
     doc=__doc__,
-))
+)

@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import numpy as np
 
+from onnxopt.ir.builder import NodeBuilder
 from onnxopt.ir.dtypes import FLOAT_TYPES
 from onnxopt.legality.mask import MaskInfo, classify_mask
 from onnxopt.legality.predicates import last_axis, reduction_order, scalar_constant
 from onnxopt.match.pattern import Builder, Match
 from onnxopt.normalize import symdim as sd
-from onnxopt.rules.base import RewriteBuilder, Rule
+from onnxopt.rules.base import Rule
 
 
 def _repeated(p: Builder, base: str):
@@ -152,7 +153,7 @@ class Attention(Rule):
                 return f"%{mask.name}: a mask of shape {list(mask.shape)} would enlarge scores {list(scores)}"
         return None
 
-    def rewrite(self, b: RewriteBuilder, m: Match):
+    def rewrite(self, b: NodeBuilder, m: Match):
         mask = m.mask
         if m.bias is not None:
             mask = b.op("Add", m.mask, m.bias)

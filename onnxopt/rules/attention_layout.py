@@ -20,10 +20,11 @@ after the split (LLaMA) keeps BNSH inputs but still absorbs the output merge.
 
 from __future__ import annotations
 
+from onnxopt.ir.builder import FUSED_DOMAIN, NodeBuilder
 from onnxopt.match.pattern import Builder, Match
 from onnxopt.normalize import symdim as sd
 from onnxopt.ops.attention import attributes_with
-from onnxopt.rules.base import FUSED_DOMAIN, RewriteBuilder, Rule
+from onnxopt.rules.base import Rule
 
 HEAD_PERM = (0, 2, 1, 3)
 
@@ -66,7 +67,7 @@ class AttentionInputLayout(Rule):
                 return reason
         return None
 
-    def rewrite(self, b: RewriteBuilder, m: Match):
+    def rewrite(self, b: NodeBuilder, m: Match):
         node = m.attention
         v_head = m.v_reshape.output.shape[3]
         attrs = attributes_with(node, layout="BSH",
@@ -103,7 +104,7 @@ class AttentionOutputLayout(Rule):
             return (f"%{m.merge_reshape.output.name}: {list(t)} → {list(r)} is not a head merge")
         return None
 
-    def rewrite(self, b: RewriteBuilder, m: Match):
+    def rewrite(self, b: NodeBuilder, m: Match):
         node = m.attention
         dv = m.merge.output.shape[3]
         attrs = attributes_with(node, output_layout="BSH",

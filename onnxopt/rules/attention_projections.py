@@ -13,10 +13,11 @@ projection keeps its own input.
 
 from __future__ import annotations
 
+from onnxopt.ir.builder import FUSED_DOMAIN, NodeBuilder
 from onnxopt.match.pattern import Builder, Match
 from onnxopt.normalize import symdim as sd
 from onnxopt.ops.attention import attributes_with
-from onnxopt.rules.base import FUSED_DOMAIN, RewriteBuilder, Rule
+from onnxopt.rules.base import Rule
 
 
 def _projection(p: Builder, name: str):
@@ -51,7 +52,7 @@ class AttentionProjections(Rule):
                         f"{list(bias.const.shape)}, not [{w.const.shape[1]}]")
         return None
 
-    def rewrite(self, b: RewriteBuilder, m: Match):
+    def rewrite(self, b: NodeBuilder, m: Match):
         node = m.attention
         return b.fused("AttentionFused", m.q_x, m.k_x, m.v_x, node.input(3), node.input(4),
                        m.q_weight, m.k_weight, m.v_weight, m.q_bias, m.k_bias, m.v_bias,

@@ -18,6 +18,7 @@ the pattern rather than in it, so that a GELU is never refused for its bias.
 
 from __future__ import annotations
 
+from onnxopt.ir.builder import NodeBuilder
 from onnxopt.ir.dtypes import FLOAT_TYPES
 from onnxopt.ir.node import Node
 from onnxopt.ir.value import Value
@@ -25,7 +26,7 @@ from onnxopt.match.pattern import Builder, Match
 from onnxopt.normalize import symdim as sd
 from onnxopt.ops.activations import SQRT_2_OVER_PI, SQRT_HALF, TANH_CUBIC
 from onnxopt.rules._norm import feature_shape
-from onnxopt.rules.base import RewriteBuilder, Rule
+from onnxopt.rules.base import Rule
 
 TOLERANCE = 2e-3  # admits the float16 and bfloat16 roundings of 1/√2, √(2/π), 0.044715
 
@@ -90,7 +91,7 @@ class Gelu(Rule):
         m.extra["bias"] = _bias(m)  # folded when it can be; never a reason to refuse the GELU
         return None
 
-    def rewrite(self, b: RewriteBuilder, m: Match):
+    def rewrite(self, b: NodeBuilder, m: Match):
         approximate = "tanh" if m.tanh is not None else "none"
         if m.bias is None:
             return b.fused("GeluFused", m.x, approximate=approximate)

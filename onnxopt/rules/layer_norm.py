@@ -15,6 +15,7 @@ read elsewhere the fused op returns it as a second output.
 
 from __future__ import annotations
 
+from onnxopt.ir.builder import NodeBuilder
 from onnxopt.ir.dtypes import FLOAT_TYPES
 from onnxopt.legality.predicates import last_axis, scalar_constant
 from onnxopt.match.pattern import Builder, Match
@@ -26,7 +27,7 @@ from onnxopt.rules._norm import (
     per_feature_weights,
     residual_text,
 )
-from onnxopt.rules.base import RewriteBuilder, Rule
+from onnxopt.rules.base import Rule
 
 
 def _compute_dtype(m: Match) -> str:
@@ -86,7 +87,7 @@ class LayerNorm(Rule):
         m.extra["residual"] = find_residual(m.x, m, (m.gamma, m.beta))
         return None
 
-    def rewrite(self, b: RewriteBuilder, m: Match):
+    def rewrite(self, b: NodeBuilder, m: Match):
         eps = float(m.eps.const.numpy().reshape(-1)[0])
         return emit_norm(b, m, "LayerNormFused", m.x, (m.gamma, m.beta), epsilon=eps, axis=-1,
                          compute_dtype=_compute_dtype(m))
@@ -125,7 +126,7 @@ class LayerNormOp(Rule):
         m.extra["residual"] = find_residual(x, m, (m.gamma, m.beta))
         return None
 
-    def rewrite(self, b: RewriteBuilder, m: Match):
+    def rewrite(self, b: NodeBuilder, m: Match):
         x = m.x
         stash = m.ln.attr("stash_type", 1)
         compute = "float32" if stash == 1 else x.dtype

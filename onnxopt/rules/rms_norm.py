@@ -17,6 +17,7 @@ second output.
 
 from __future__ import annotations
 
+from onnxopt.ir.builder import NodeBuilder
 from onnxopt.ir.dtypes import FLOAT_TYPES
 from onnxopt.ir.node import Node
 from onnxopt.legality.predicates import last_axis, scalar_constant
@@ -30,7 +31,7 @@ from onnxopt.rules._norm import (
     per_feature_weights,
     residual_text,
 )
-from onnxopt.rules.base import RewriteBuilder, Rule
+from onnxopt.rules.base import Rule
 
 
 class RMSNorm(Rule):
@@ -75,7 +76,7 @@ class RMSNorm(Rule):
         m.extra["residual"] = find_residual(m.x, m, (m.gamma,))
         return None
 
-    def rewrite(self, b: RewriteBuilder, m: Match):
+    def rewrite(self, b: NodeBuilder, m: Match):
         compute = m.cast_in.output.dtype if m.cast_in is not None else ""
         return emit_norm(b, m, "RMSNormFused", m.x, (m.gamma,),
                          epsilon=float(m.eps.const.numpy().reshape(-1)[0]),

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from onnxopt.ir.builder import NodeBuilder
 from onnxopt.ir.dtypes import FLOAT_TYPES
 from onnxopt.ir.node import Node
 from onnxopt.match.pattern import Builder, Match
 from onnxopt.normalize import symdim as sd
-from onnxopt.rules.base import RewriteBuilder, Rule
+from onnxopt.rules.base import Rule
 
 INT64_MAX = 2**63 - 1
 
@@ -68,7 +69,7 @@ class Rotary(Rule):
             return f"%{sin.name}: sin has shape {list(sin.shape)}, cos {list(cos.shape)}"
         return None
 
-    def rewrite(self, b: RewriteBuilder, m: Match):
+    def rewrite(self, b: NodeBuilder, m: Match):
         return b.fused("RotaryFused", m.x, m.cos, m.sin, interleaved=0, rotary_dim=0)
 
     def describe(self, m: Match) -> str:

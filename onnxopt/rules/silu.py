@@ -8,10 +8,11 @@ with an ``alpha`` attribute covers both.
 
 from __future__ import annotations
 
+from onnxopt.ir.builder import NodeBuilder
 from onnxopt.ir.dtypes import FLOAT_TYPES
 from onnxopt.legality.predicates import scalar_constant
 from onnxopt.match.pattern import Builder, Match
-from onnxopt.rules.base import RewriteBuilder, Rule
+from onnxopt.rules.base import Rule
 
 
 class Silu(Rule):
@@ -31,7 +32,7 @@ class Silu(Rule):
             return scalar_constant(m.alpha, "sigmoid's scale α")
         return None
 
-    def rewrite(self, b: RewriteBuilder, m: Match):
+    def rewrite(self, b: NodeBuilder, m: Match):
         return b.fused("SiluFused", m.x, alpha=_alpha(m))
 
     def describe(self, m: Match) -> str:

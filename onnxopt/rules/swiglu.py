@@ -7,10 +7,11 @@ pattern reads either ``SiluFused(gate)`` or the raw ``gate · sigmoid(gate)``.
 
 from __future__ import annotations
 
+from onnxopt.ir.builder import FUSED_DOMAIN, NodeBuilder
 from onnxopt.ir.dtypes import FLOAT_TYPES
 from onnxopt.match.pattern import Builder, Match
 from onnxopt.normalize import symdim as sd
-from onnxopt.rules.base import FUSED_DOMAIN, RewriteBuilder, Rule
+from onnxopt.rules.base import Rule
 
 
 class SwiGLU(Rule):
@@ -40,7 +41,7 @@ class SwiGLU(Rule):
                     "SwiGLU needs equal shapes")
         return None
 
-    def rewrite(self, b: RewriteBuilder, m: Match):
+    def rewrite(self, b: NodeBuilder, m: Match):
         return b.fused("SwiGLUFused", m.gate, m.up)
 
     def describe(self, m: Match) -> str:

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import dataclasses
 
+from onnxopt.ir.builder import FUSED_DOMAIN
 from onnxopt.ir.model import Model
 from onnxopt.legality.target import Target, make_target
 from onnxopt.options import OptimizeOptions
-from onnxopt.rules.base import FUSED_DOMAIN
 from onnxopt.select import cost_model
 from onnxopt.select.bind import bind
 from onnxopt.select.kernel import Kernel
@@ -94,15 +94,15 @@ def _bnsh_attention(model: Model, node):
     packed ``[B, S, H*D]`` form (MultiHeadAttention) its emitter reads through them,
     and the cleanup pass cancels the Transpose pairs that remain.
     """
+    from onnxopt.ir.builder import NodeBuilder
     from onnxopt.ir.edit import replace_value
     from onnxopt.ops.attention import merge_output, to_bnsh
-    from onnxopt.rules.base import RewriteBuilder
 
     if node.op_type != "AttentionFused" or (node.attr("layout", "BNSH") == "BNSH" and
                                             node.attr("output_layout", "BNSH") == "BNSH"):
         return node
     graph = node.graph
-    b = RewriteBuilder(graph, node, node.name.split("/")[0])
+    b = NodeBuilder(graph, node, node.name.split("/")[0])
     inner = to_bnsh(b, node)
     out = merge_output(b, node, inner.output)
     for emitted in b.nodes:

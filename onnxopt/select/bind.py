@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
+from onnxopt.ir.builder import NodeBuilder
 from onnxopt.ir.edit import remove_if_dead, replace_value
 from onnxopt.ir.model import Model
 from onnxopt.ir.node import Node
 from onnxopt.legality.target import Target
-from onnxopt.rules.base import RewriteBuilder
 from onnxopt.select.kernel import Kernel
 
 
@@ -17,7 +17,7 @@ def bind(model: Model, node: Node, kernel: Kernel, target: Target) -> list[Node]
     the kernel's other domains are added to the model's opset imports.
     """
     graph = node.graph or model.graph
-    b = RewriteBuilder(graph, node, f"select:{kernel.name}")
+    b = NodeBuilder(graph, node, f"select:{kernel.name}")
     b.opset = model.opset
     outputs = kernel.emit(b, node, target)
     for emitted in b.nodes:

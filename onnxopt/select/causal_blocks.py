@@ -30,13 +30,13 @@ from __future__ import annotations
 import numpy as np
 from onnx import AttributeProto
 
+from onnxopt.ir.builder import NodeBuilder
 from onnxopt.ir.dtypes import numpy_dtype
 from onnxopt.ir.graph import Graph
 from onnxopt.ir.node import Attr, Node
 from onnxopt.ir.value import Value
 from onnxopt.legality.mask import MASKED
 from onnxopt.ops.norms import reduce_last
-from onnxopt.rules.base import RewriteBuilder
 from onnxopt.select._emit import i64, zero_nan
 from onnxopt.select.decompose import lean_attention
 from onnxopt.select.kernel import CPU, Kernel
@@ -64,7 +64,7 @@ def _requires(node: Node, target) -> str | None:
     return None
 
 
-def _emit(b: RewriteBuilder, node: Node, target) -> list[Value]:
+def _emit(b: NodeBuilder, node: Node, target) -> list[Value]:
     q, k, v = node.inputs[:3]
     mask = node.input(3)
     dtype = q.dtype or "float32"
@@ -88,7 +88,7 @@ def _emit(b: RewriteBuilder, node: Node, target) -> list[Value]:
     return [_if(b, take_blocks, blocks, whole, dtype)]
 
 
-def _tiered(b: RewriteBuilder, node: Node, q, k, v, mask, sq, skv, tiers) -> Value:
+def _tiered(b: NodeBuilder, node: Node, q, k, v, mask, sq, skv, tiers) -> Value:
     """The blocks of the first tier, or (an If on the length) those of a later one."""
     (_, count), rest = tiers[0], tiers[1:]
     if not rest:
@@ -101,7 +101,7 @@ def _tiered(b: RewriteBuilder, node: Node, q, k, v, mask, sq, skv, tiers) -> Val
     return _if(b, is_longer, longer, shorter, q.dtype or "float32")
 
 
-def _if(b: RewriteBuilder, condition: Value, then: RewriteBuilder, otherwise: RewriteBuilder,
+def _if(b: NodeBuilder, condition: Value, then: NodeBuilder, otherwise: NodeBuilder,
         dtype: str) -> Value:
     result = b.op("If", condition, then_branch=Attr(AttributeProto.GRAPH, then.graph),
                   else_branch=Attr(AttributeProto.GRAPH, otherwise.graph))
@@ -110,21 +110,21 @@ def _if(b: RewriteBuilder, condition: Value, then: RewriteBuilder, otherwise: Re
     return result
 
 
-def _every_row_sees_a_key(b: RewriteBuilder, mask: Value) -> Value:
+def _every_row_sees_a_key(b: NodeBuilder, mask: Value) -> Value:
     """True when every row of the additive mask has an entry above the masking range."""
     lowest_row_max = b.op("ReduceMin", reduce_last(b, "ReduceMax", mask), keepdims=0)
     return b.op("Greater", lowest_row_max,
                 b.const(np.array(MASKED, numpy_dtype(mask.dtype or "float32")), "masked"))
 
 
-def _branch(b: RewriteBuilder, name: str) -> RewriteBuilder:
+def _branch(b: NodeBuilder, name: str) -> NodeBuilder:
     graph = Graph(b.graph.names.fresh(f"{b.created_by}/{name}"), names=b.graph.names)
-    branch = RewriteBuilder(graph, None, b.created_by)
+    branch = NodeBuilder(graph, None, b.created_by)
     branch.opset = getattr(b, "opset", None)
     return branch
 
 
-def _blocked(b: RewriteBuilder, node: Node, q, k, v, mask, sq, skv, count: int) -> Value:
+def _blocked(b: NodeBuilder, node: Node, q, k, v, mask, sq, skv, count: int) -> Value:
     """The queries in ``count`` row blocks, each against the keys up to its last row."""
     offset = b.op("Sub", skv, sq)  # a cache's keys precede the queries (bottom-right diagonal)
     ends = [b.op("Div", b.op("Mul", sq, i64(b, [i], "block")), i64(b, [count], "blocks"))

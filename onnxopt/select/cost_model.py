@@ -10,7 +10,7 @@ A kernel with no entry ranks by its ``Kernel.cost`` prior.
 The CPU numbers are medians of ``--tune`` micro-models (ONNX Runtime 1.31, 1
 thread, AMD EPYC) over the fused nodes of the mid-size GPT-2/BERT/LLaMA exports of
 ``benchmarks/cpu_speed.py`` at batch 1 x seq 128, batch 1 x seq 512 and batch 8 x
-seq 128 (``python -m onnxopt.select.seed MODEL...`` prints them), and of
+seq 128 (``python benchmarks/seed_cost_model.py MODEL...`` prints them), and of
 synthetic opset-20/23/24 models for the kernels those exports cannot use.
 """
 

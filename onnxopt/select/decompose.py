@@ -19,14 +19,14 @@ from __future__ import annotations
 import numpy as np
 
 from onnxopt.ir.dtypes import numpy_dtype
-from onnxopt.ops.base import all_fused_ops, fused_op
+from onnxopt.ops import FUSED_OPS
 from onnxopt.select._emit import i64, zero_nan
 from onnxopt.select.kernel import Kernel
 
 
 def _emit(op_name: str):
     def emit(b, node, target):
-        return fused_op(op_name).decompose(b, node)
+        return FUSED_OPS[op_name].decompose(b, node)
     return emit
 
 
@@ -78,13 +78,12 @@ def decomposition_kernels() -> list[Kernel]:
         Kernel(name=f"decompose.{name}", implements=name, backend="decompose", emit=_emit(name),
                dtypes=frozenset({"float32", "float16", "bfloat16", "float64"}), cost=1.0,
                notes="standard ONNX ops; always legal")
-        for name in sorted(all_fused_ops())
+        for name in sorted(FUSED_OPS)
     ]
-    if "AttentionFused" in all_fused_ops():
-        kernels.append(Kernel(
-            name="decompose.AttentionFused.lean", implements="AttentionFused",
-            backend="decompose", emit=_emit_attention_lean,
-            dtypes=frozenset({"float32", "float16", "bfloat16", "float64"}),
-            requires=_lean_changes_something, cost=0.95,
-            notes="NaN guard on the output; grouped scale folded into the QK MatMul"))
+    kernels.append(Kernel(
+        name="decompose.AttentionFused.lean", implements="AttentionFused",
+        backend="decompose", emit=_emit_attention_lean,
+        dtypes=frozenset({"float32", "float16", "bfloat16", "float64"}),
+        requires=_lean_changes_something, cost=0.95,
+        notes="NaN guard on the output; grouped scale folded into the QK MatMul"))
     return kernels

@@ -28,13 +28,13 @@ from pathlib import Path
 import numpy as np
 
 from onnxopt import evaluation
+from onnxopt.ir.builder import FUSED_DOMAIN, make_attr
 from onnxopt.ir.dtypes import numpy_dtype
 from onnxopt.ir.graph import Graph
 from onnxopt.ir.model import Model
 from onnxopt.ir.node import Node
 from onnxopt.ir.value import Value
 from onnxopt.legality.target import Target
-from onnxopt.rules.base import FUSED_DOMAIN, make_attr
 from onnxopt.select._emit import BNSH_TO_BSNH, transposed_from
 from onnxopt.select.kernel import Kernel
 from onnxopt.select.shapes import Binding

@@ -5,11 +5,11 @@ from __future__ import annotations
 import numpy as np
 import onnxruntime as ort
 
-from onnxopt import fuse, normalize
+from onnxopt import normalize
 from onnxopt.importer import import_model
 from onnxopt.normalize.unmerge_heads import unmerge_heads
 from onnxopt.options import OptimizeOptions
-from onnxopt.pipeline import run_pipeline
+from onnxopt.pipeline import fuse_and_settle, run_pipeline
 
 # BLOOM's attention in miniature: Q/K/V [B,4,S,8] merged to [4B,S,8]; scores with a bmm, a
 # scale and a [4B,1,S] bias on the 3-D view; split for the mask and Softmax; merged again for
@@ -74,7 +74,7 @@ def test_3d_attention_becomes_4d_and_fuses(make_model):
     assert counts.get("unmerge_heads") == 2  # the scores' split and the output's split
     matmuls = [n for n in model.graph if n.op_type == "MatMul"]
     assert [len(n.output.shape) for n in matmuls] == [4, 4]
-    report = fuse.run(model, options)
+    report = fuse_and_settle(model, options)
     assert report.count("attention") == 1, report.summary()
     optimized = run_pipeline(proto, options).proto
     for b, s in ((1, 5), (2, 9)):

@@ -11,9 +11,9 @@ import pytest
 
 from onnxopt.exporter import export_model_lazy
 from onnxopt.importer import import_model
+from onnxopt.ir.builder import FUSED_DOMAIN, NodeBuilder
 from onnxopt.ir.edit import replace_value
-from onnxopt.ops.base import fused_op
-from onnxopt.rules.base import FUSED_DOMAIN, RewriteBuilder
+from onnxopt.ops import FUSED_OPS
 
 
 class Decomposed:
@@ -38,9 +38,9 @@ def decompose_all(model) -> None:
     """Replace every fused node of ``model`` by its decomposition, as stage 6 would bind it."""
     graph = model.graph
     for node in [n for n in graph if n.domain == FUSED_DOMAIN]:
-        b = RewriteBuilder(graph, node, "test")
+        b = NodeBuilder(graph, node, "test")
         b.opset = model.opset
-        for old, new in zip(node.outputs, fused_op(node.op_type).decompose(b, node)):
+        for old, new in zip(node.outputs, FUSED_OPS[node.op_type].decompose(b, node)):
             new.dtype, new.shape = new.dtype or old.dtype, new.shape or old.shape
             assert replace_value(graph, old, new)
         graph.remove(node)

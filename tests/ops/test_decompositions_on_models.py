@@ -7,9 +7,9 @@ from collections import Counter
 
 from onnxopt import normalize
 from onnxopt.exporter import export_model_lazy
+from onnxopt.fuse import fuse
 from onnxopt.importer import import_model
 from onnxopt.legality.target import Target
-from onnxopt.match.driver import fuse
 from onnxopt.options import OptimizeOptions
 from onnxopt.rules import all_rules
 from onnxopt.verification import verify_models

@@ -9,9 +9,9 @@ from collections.abc import Callable
 import pytest
 
 from onnxopt import normalize
+from onnxopt.fuse import fuse
 from onnxopt.importer import import_model
 from onnxopt.legality.target import Target
-from onnxopt.match.driver import fuse
 from onnxopt.options import OptimizeOptions
 from onnxopt.pipeline import run_pipeline
 from onnxopt.rules import all_rules

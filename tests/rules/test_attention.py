@@ -7,7 +7,7 @@ import pytest
 
 from onnxopt.importer import import_model
 from onnxopt.options import OptimizeOptions
-from onnxopt.pipeline import run_pipeline
+from onnxopt.pipeline import fuse_and_settle, run_pipeline
 from onnxopt.verification import verify_models
 
 
@@ -34,8 +34,8 @@ def test_every_attention_block_of_every_model_fuses(model_path):
 ])
 def test_masks_are_classified(models_dir, name, kind):
     from onnxopt import fuse, normalize
+    from onnxopt.fuse import fuse as run_fuse
     from onnxopt.legality.target import Target
-    from onnxopt.match.driver import fuse as run_fuse
     from onnxopt.rules.attention import Attention
 
     model = import_model(str(models_dir / f"{name}.onnx"))
@@ -51,11 +51,11 @@ def test_masks_are_classified(models_dir, name, kind):
 
 def test_grouped_query_attention_reads_unrepeated_kv(models_dir):
     model = import_model(str(models_dir / "llama.dynamo.onnx"))
-    from onnxopt import fuse, normalize
+    from onnxopt import normalize
 
     options = OptimizeOptions(target="cpu")
     normalize.run(model, options)
-    fuse.run(model, options)
+    fuse_and_settle(model, options)
     nodes = [n for n in model.graph if n.op_type == "AttentionFused"]
     assert [(n.attr("num_heads"), n.attr("kv_num_heads")) for n in nodes] == [(4, 2), (4, 2)]
     for n in nodes:
@@ -189,12 +189,12 @@ def test_triangular_mask_that_is_not_causal_is_refused(make_model):
 
 def test_real_causal_mask_from_ranges_is_proved_causal(make_model):
     proto = make_model(ANTI_CAUSAL.replace("lower = Less (j, i)", "lower = Less (i, j)"))
-    from onnxopt import fuse, normalize
+    from onnxopt import normalize
 
     model = import_model(proto)
     options = OptimizeOptions(target="cpu")
     normalize.run(model, options)
-    fuse.run(model, options)
+    fuse_and_settle(model, options)
     (node,) = [n for n in model.graph if n.op_type == "AttentionFused"]
     assert node.attr("causal") == 1 and node.attr("mask_kind") == "causal"
 

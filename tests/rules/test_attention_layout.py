@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from onnxopt import fuse, normalize
+from onnxopt import normalize
 from onnxopt.importer import import_model
 from onnxopt.options import OptimizeOptions
-from onnxopt.pipeline import run_pipeline
+from onnxopt.pipeline import fuse_and_settle, run_pipeline
 from onnxopt.verification import verify_models
 
 
@@ -16,14 +16,14 @@ def _fused(proto_or_path):
     model = import_model(proto_or_path)
     options = OptimizeOptions(target="cpu")
     normalize.run(model, options)
-    report = fuse.run(model, options)
+    report = fuse_and_settle(model, options)
     return model, report
 
 
 @pytest.mark.parametrize("name, layouts", [
     ("bert.ts", ("BSH", "BSH")), ("bert.dynamo", ("BSH", "BSH")), ("vit.ts", ("BSH", "BSH")),
     # the TorchScript GPT-2 reads the Shape of its head-merge Transpose: the replaced node
-    # lives on through that reader until the fuse stage's settle round (onnxopt.fuse.run)
+    # lives on through that reader until the fuse stage's settle round (onnxopt.pipeline.fuse_and_settle)
     ("gpt2.ts", ("BSH", "BSH")),
     # the dynamo GPT-2 merges heads straight into [B*S, H*D] for its Gemm: inputs only
     ("gpt2.dynamo", ("BSH", "BNSH")),

@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from onnxopt import fuse, normalize
+from onnxopt import normalize
 from onnxopt.importer import import_model
 from onnxopt.options import OptimizeOptions
-from onnxopt.pipeline import run_pipeline
+from onnxopt.pipeline import fuse_and_settle, run_pipeline
 from onnxopt.verification import verify_models
 
 
@@ -16,7 +16,7 @@ def _fuse(source):
     model = import_model(source)
     options = OptimizeOptions(target="cpu")
     normalize.run(model, options)
-    return model, fuse.run(model, options)
+    return model, fuse_and_settle(model, options)
 
 
 @pytest.mark.parametrize("name", ["bert.ts", "bert.dynamo", "roberta.dynamo", "vit.ts"])

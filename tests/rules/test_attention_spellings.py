@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from onnxopt import fuse, normalize
+from onnxopt import normalize
 from onnxopt.importer import import_model
 from onnxopt.options import OptimizeOptions
-from onnxopt.pipeline import run_pipeline
+from onnxopt.pipeline import fuse_and_settle, run_pipeline
 from onnxopt.verification import verify_models
 
 HEAD = "g (float[batch, 4, seq, 16] q, float[batch, 4, seq, 16] k, float[batch, 4, seq, 16] v"
@@ -18,7 +18,7 @@ def _attention_nodes(proto):
     model = import_model(proto)
     options = OptimizeOptions(target="cpu")
     normalize.run(model, options)
-    report = fuse.run(model, options)
+    report = fuse_and_settle(model, options)
     return [n for n in model.graph if n.op_type == "AttentionFused"], report
 
 
@@ -129,7 +129,7 @@ def test_quick_gelu_is_silu_with_alpha(make_model):
     model = import_model(proto)
     options = OptimizeOptions(target="cpu")
     normalize.run(model, options)
-    fuse.run(model, options)
+    fuse_and_settle(model, options)
     (node,) = list(model.graph)
     assert node.op_type == "SiluFused" and node.attr("alpha") == pytest.approx(1.702)
     result = run_pipeline(proto, OptimizeOptions(target="cpu"))

@@ -114,13 +114,13 @@ def test_rejections_say_why(bind_text, registry):
 
 
 def test_lean_decomposition_keeps_float16(bind_text, rel_err):
-    from onnxopt.ops.base import fused_op
+    from onnxopt.ops import FUSED_OPS
 
     text = attention(heads=4, kv_heads=2, nan_to_zero=1).replace("float[", "float16[")
     with np.errstate(over="ignore"):  # the float32 minimum becomes -inf: a masked key still
         f = {k: v.astype(np.float16) for k, v in feeds(kv_heads=2, fill=-np.inf).items()}
     bound = bind_text(text, "decompose.AttentionFused.lean")
     assert bound.chosen == ["decompose.AttentionFused.lean"]
-    want = fused_op("AttentionFused").reference(f["q"], f["k"], f["v"], f["m"], num_heads=4,
+    want = FUSED_OPS["AttentionFused"].reference(f["q"], f["k"], f["v"], f["m"], num_heads=4,
                                                 kv_num_heads=2, scale=0.35, nan_to_zero=1)
     assert rel_err(bound.run(f)[0], want) < 2e-3

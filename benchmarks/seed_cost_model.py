@@ -1,6 +1,6 @@
 """Measure the cost model's seed: each kernel's time relative to the decomposition.
 
-    python -m onnxopt.select.seed MODEL.onnx [...] [--shapes 1x128,1x512,8x128] [--runs 15]
+    python benchmarks/seed_cost_model.py MODEL.onnx [...] [--shapes 1x128,1x512,8x128] [--runs 15]
 
 Runs the stages up to fusion on each model, then times every legal kernel of
 each distinct fused-op signature at each shape (batch x seq) with the tuning
@@ -15,18 +15,19 @@ import statistics
 import sys
 from collections import defaultdict
 
+from onnxopt import normalize
+from onnxopt.importer import import_model
+from onnxopt.ir.builder import FUSED_DOMAIN
+from onnxopt.options import OptimizeOptions
+from onnxopt.pipeline import fuse_and_settle
+from onnxopt.select import cost_model, select_target
+from onnxopt.select.registry import default_registry
+from onnxopt.select.selector import legal_kernels
+from onnxopt.select.shapes import Binding
+from onnxopt.select.tuning import measure, signature
+
 
 def main(argv: list[str] | None = None) -> int:
-    from onnxopt import fuse, normalize
-    from onnxopt.importer import import_model
-    from onnxopt.options import OptimizeOptions
-    from onnxopt.rules.base import FUSED_DOMAIN
-    from onnxopt.select import cost_model, select_target
-    from onnxopt.select.registry import default_registry
-    from onnxopt.select.selector import legal_kernels
-    from onnxopt.select.shapes import Binding
-    from onnxopt.select.tuning import measure, signature
-
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("models", nargs="+")
     ap.add_argument("--shapes", default="1x128,1x512,8x128")
@@ -39,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     for path in args.models:
         model = import_model(path)
         normalize.run(model, options)
-        fuse.run(model, options)
+        fuse_and_settle(model, options)
         target = select_target(model, options)
         seen: set[str] = set()
         for shape in args.shapes.split(","):

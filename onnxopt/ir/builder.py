@@ -1,0 +1,125 @@
+"""Making new nodes: the one builder that normalization, rules and kernel emission share.
+
+A :class:`NodeBuilder` places every node it makes before an anchor node (so a rewrite
+lands where the computation it replaces was), names it after who made it, records
+that name on the node (``created_by``: explain and the exporter read it), annotates
+its meaning (:func:`onnxopt.ir.semantics.annotate`) and turns Python values into typed
+attributes. Fused ops (domain :data:`FUSED_DOMAIN`) are checked against their schema
+when a schema table is given: a rule cannot create a fused node its kernels and
+decomposition would misread.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Protocol
+
+import numpy as np
+from onnx import AttributeProto
+
+from onnxopt.ir.graph import Graph
+from onnxopt.ir.node import Attr, Node
+from onnxopt.ir.semantics import annotate
+from onnxopt.ir.tensor import LazyTensor
+from onnxopt.ir.value import Value
+
+FUSED_DOMAIN = "ai.onnxopt"
+"""The domain of onnxopt's abstract fused operators (``AttentionFused``, ...)."""
+
+
+class FusedSchema(Protocol):
+    """What the builder checks of a fused op (``onnxopt.ops.base.FusedOp`` provides it)."""
+
+    name: str
+    inputs: tuple[str, ...]  # "name" or "name?" for optional
+    outputs: tuple[str, ...]
+    attrs: dict[str, Any]
+
+
+class SchemaError(ValueError):
+    """A fused node that does not fit its op's schema: a bug in the rule that made it."""
+
+
+def make_attr(value: Any) -> Attr:
+    """A Python value → a typed attribute."""
+    if isinstance(value, Attr):
+        return value
+    if isinstance(value, bool):
+        return Attr(AttributeProto.INT, int(value))
+    if isinstance(value, (int, np.integer)):
+        return Attr(AttributeProto.INT, int(value))
+    if isinstance(value, (float, np.floating)):
+        return Attr(AttributeProto.FLOAT, float(value))
+    if isinstance(value, str):
+        return Attr(AttributeProto.STRING, value)
+    if isinstance(value, LazyTensor):
+        return Attr(AttributeProto.TENSOR, value)
+    if isinstance(value, (list, tuple)):
+        if all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in value):
+            return Attr(AttributeProto.INTS, tuple(int(v) for v in value))
+        if all(isinstance(v, (int, float, np.number)) for v in value):
+            return Attr(AttributeProto.FLOATS, tuple(float(v) for v in value))
+        if all(isinstance(v, str) for v in value):
+            return Attr(AttributeProto.STRINGS, tuple(value))
+    raise TypeError(f"cannot make an attribute from {value!r}")
+
+
+class NodeBuilder:
+    """Creates nodes before ``anchor`` in ``graph``, stamped with ``created_by``.
+
+    ``opset`` is the model's ONNX opset (decompositions spell ops for it); ``schemas``
+    maps fused op names to their schemas, checked by :meth:`fused`.
+    """
+
+    def __init__(self, graph: Graph, anchor: Node, created_by: str, *, opset: int = 0,
+                 schemas: Mapping[str, FusedSchema] | None = None) -> None:
+        self.graph = graph
+        self.anchor = anchor
+        self.created_by = created_by
+        self.opset = opset
+        self.schemas = schemas
+        self.nodes: list[Node] = []
+
+    def op(self, op_type: str, *inputs: Value | None, domain: str = "", outputs: int = 1,
+           name: str | None = None, **attrs: Any) -> Any:
+        """Add a node; returns its output Value (or a list when ``outputs > 1``)."""
+        node = self.graph.make_node(
+            op_type, inputs, num_outputs=outputs, domain=domain,
+            attrs={k: make_attr(v) for k, v in attrs.items() if v is not None},
+            name=self.graph.names.fresh(name or f"{self.created_by}/{op_type}"),
+            before=self.anchor, created_by=self.created_by)
+        annotate(node)
+        self.nodes.append(node)
+        return node.outputs if outputs > 1 else node.outputs[0]
+
+    def fused(self, op_type: str, *inputs: Value | None, outputs: int = 1, **attrs: Any) -> Any:
+        """Add an ``ai.onnxopt`` node, checked against its schema when the builder has one."""
+        if self.schemas is not None:
+            check_fused(self.schemas, op_type, inputs, outputs, attrs)
+        return self.op(op_type, *inputs, domain=FUSED_DOMAIN, outputs=outputs, **attrs)
+
+    def const(self, array: Any, hint: str = "const") -> Value:
+        arr = np.asarray(array)
+        return self.graph.add_constant(LazyTensor.from_array(arr), hint=f"{self.created_by}/{hint}")
+
+
+def check_fused(schemas: Mapping[str, FusedSchema], op_type: str,
+                inputs: tuple[Value | None, ...], outputs: int, attrs: dict[str, Any]) -> None:
+    """Raise :class:`SchemaError` unless the node fits the op's schema: a known op, no more
+    inputs than declared, every required input given, the declared output count at most,
+    and only declared attributes."""
+    schema = schemas.get(op_type)
+    if schema is None:
+        raise SchemaError(f"{op_type}: no fused op of that name")
+    if len(inputs) > len(schema.inputs):
+        raise SchemaError(f"{op_type}: {len(inputs)} inputs, the schema declares "
+                          f"{len(schema.inputs)}")
+    for k, declared in enumerate(schema.inputs):
+        if not declared.endswith("?") and (k >= len(inputs) or inputs[k] is None):
+            raise SchemaError(f"{op_type}: required input {k} ({declared}) is missing")
+    if outputs > len(schema.outputs):
+        raise SchemaError(f"{op_type}: {outputs} outputs, the schema declares "
+                          f"{len(schema.outputs)}")
+    unknown = sorted(k for k, v in attrs.items() if v is not None and k not in schema.attrs)
+    if unknown:
+        raise SchemaError(f"{op_type}: attributes {unknown} are not in its schema")
