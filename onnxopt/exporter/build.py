@@ -42,7 +42,7 @@ def export_model_lazy(model: Model) -> tuple[ModelProto, dict[str, LazyTensor]]:
     :func:`onnxopt.exporter.save.save_model` streams the placeholders' bytes
     to a data file, so weights never need to be in memory all at once.
     """
-    exporter = _Exporter(model)
+    exporter = ProtoWriter(model)
     graph = exporter.graph(model.graph)
     opsets = dict(model.opset_imports)
     for domain in exporter.domains:
@@ -65,7 +65,9 @@ def export_model_lazy(model: Model) -> tuple[ModelProto, dict[str, LazyTensor]]:
     return proto, exporter.external
 
 
-class _Exporter:
+class ProtoWriter:
+    """Writes IR graphs, nodes and tensors as ONNX protos (in the model's opset spelling)."""
+
     def __init__(self, model: Model) -> None:
         self.model = model
         self.external: dict[str, LazyTensor] = {}

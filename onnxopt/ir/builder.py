@@ -65,13 +65,14 @@ def make_attr(value: Any) -> Attr:
 
 
 class NodeBuilder:
-    """Creates nodes before ``anchor`` in ``graph``, stamped with ``created_by``.
+    """Creates nodes before ``anchor`` in ``graph`` (at its end: ``None``), stamped with
+    ``created_by``.
 
     ``opset`` is the model's ONNX opset (decompositions spell ops for it); ``schemas``
     maps fused op names to their schemas, checked by :meth:`fused`.
     """
 
-    def __init__(self, graph: Graph, anchor: Node, created_by: str, *, opset: int = 0,
+    def __init__(self, graph: Graph, anchor: Node | None, created_by: str, *, opset: int = 0,
                  schemas: Mapping[str, FusedSchema] | None = None) -> None:
         self.graph = graph
         self.anchor = anchor

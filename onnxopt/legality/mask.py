@@ -19,7 +19,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from onnxopt import evaluation
-from onnxopt.exporter.subgraph import cone, subgraph_model
 from onnxopt.ir.model import Model
 from onnxopt.ir.value import Value
 
@@ -45,7 +44,7 @@ def classify_mask(model: Model, mask: Value, batch_dim, key_dim, query_dim) -> M
     """Probe ``mask`` (broadcastable to [B, H, Sq, Skv]) for causal and key-padding structure."""
     if mask.const is not None:
         return _classify_constant(mask)
-    nodes, inputs, _ = cone([mask], shape_leaves=True)
+    nodes, inputs, _ = evaluation.cone([mask], shape_leaves=True)
     looks_causal = any(n.op_type in TRIANGULAR_OPS for n in nodes) or _triangular_constant(mask,
                                                                                           nodes)
     if mask.producer is None or not nodes:
@@ -63,7 +62,7 @@ def classify_mask(model: Model, mask: Value, batch_dim, key_dim, query_dim) -> M
         return MaskInfo(looks_causal=looks_causal, reason="the mask depends on activations")
     if any(not _shape_known(v) for v in shape_leaves):
         return MaskInfo(looks_causal=looks_causal, reason="the mask depends on unknown shapes")
-    proto = subgraph_model(model, [mask], shape_leaves=True)
+    proto = evaluation.subgraph_model(model, [mask], shape_leaves=True)
     if proto is None:
         return MaskInfo(looks_causal=looks_causal, reason="the mask's subgraph cannot be cut out")
     try:
@@ -157,9 +156,7 @@ def _evaluate(sess, inputs: list[Value], shape_leaves: list[Value], batch: int, 
 
     One size for every length first; a mask over a key/value cache covers ``past + seq``
     keys and evaluates only when the sizes agree, so mixes are tried next
-    (``verification.inputs.first_consistent``)."""
-    from onnxopt.verification.inputs import first_consistent
-
+    (:func:`onnxopt.evaluation.first_consistent`)."""
     base = _symbols(inputs + [v.producer.inputs[0] for v in shape_leaves], batch, seq)
     lengths = sorted(k for k, size in base.items() if size == seq and "(" not in k)
 
@@ -169,7 +166,7 @@ def _evaluate(sess, inputs: list[Value], shape_leaves: list[Value], batch: int, 
         feeds.update({v.name: _shape_feed(v, symbols) for v in shape_leaves})
         return symbols, feeds, evaluation.run(sess, feeds)[0]
 
-    result, error = first_consistent(lengths, seq, attempt)
+    result, error = evaluation.first_consistent(lengths, seq, attempt)
     return result if result is not None else evaluation.first_line(error)
 
 

@@ -30,7 +30,8 @@ from collections.abc import Callable
 
 import numpy as np
 
-from onnxopt.ir.dtypes import dtype_code, dtype_name, from_numpy, numpy_dtype
+from onnxopt.evaluation.reference import evaluate_node
+from onnxopt.ir.dtypes import dtype_name, from_numpy, numpy_dtype
 from onnxopt.ir.graph import Graph
 from onnxopt.ir.model import Model
 from onnxopt.ir.node import Node
@@ -238,34 +239,7 @@ def _evaluate(model: Model, node: Node) -> list[np.ndarray] | None:
                 return [np.asarray(r) for r in result]
         if node.op_type == "MatMul" and (node.sem.get("transpose_a") or node.sem.get("transpose_b")):
             return None  # the reference evaluator does not know the IR's transposition flags
-        return _reference(model, node, arrays)
-
-
-def _reference(model: Model, node: Node, arrays: list[np.ndarray | None]) -> list | None:
-    """Evaluate with onnx's reference implementation on a one-node model."""
-    try:
-        from onnx import helper
-        from onnx.reference import ReferenceEvaluator
-
-        from onnxopt.exporter.build import _Exporter
-
-        proto = _Exporter(model).node(node)[-1]
-        feeds: dict[str, np.ndarray] = {}
-        inputs = []
-        for name, arr in zip(proto.input, arrays):
-            if name and name not in feeds:
-                feeds[name] = arr
-                inputs.append(helper.make_tensor_value_info(
-                    name, dtype_code(from_numpy(arr.dtype)), arr.shape))
-        outputs = [helper.make_tensor_value_info(o, 0, None) for o in proto.output]
-        graph = helper.make_graph([proto], "fold", inputs, outputs)
-        opsets = [helper.make_opsetid(d, v) for d, v in model.opset_imports.items()
-                  if d in STANDARD_DOMAINS]
-        one = helper.make_model(graph, opset_imports=opsets)
-        one.ir_version = 10
-        return list(ReferenceEvaluator(one).run(None, feeds))
-    except Exception:  # noqa: BLE001 - whatever the reference cannot do, we do not fold
-        return None
+        return evaluate_node(model, node, arrays)
 
 
 Impl = Callable[[Node, list], "list[np.ndarray] | None"]

@@ -26,22 +26,20 @@ from onnxopt.ops.base import FusedOp
 
 
 def builder_opset(b) -> int:
-    """The ONNX opset the emitted nodes must be spelled for (ReduceMean's axes moved to an
-    input at 18). Stage 6 records the model's opset on its builder."""
-    return int(getattr(b, "opset", 0) or 17)
+    """The model's ONNX opset, which decides what ops a decomposition may use
+    (LayerNormalization from 17). Stage 6 gives its builder the model's opset."""
+    return int(b.opset or 17)
 
 
 def reduce_mean_last(b, x):
-    """ReduceMean over the last axis, keepdims, spelled for the builder's opset."""
+    """ReduceMean over the last axis, keepdims."""
     return reduce_last(b, "ReduceMean", x)
 
 
 def reduce_last(b, op_type: str, x):
-    """``op_type`` (a Reduce op) over the last axis, keepdims, spelled for the builder's opset
-    (axes an attribute before 18, an input from 18)."""
-    if builder_opset(b) >= 18:
-        return b.op(op_type, x, b.const(np.array([-1], np.int64), "axes"), keepdims=1)
-    return b.op(op_type, x, axes=[-1], keepdims=1)
+    """``op_type`` (a Reduce op) over the last axis, keepdims, in the IR's (newest) spelling:
+    the exporter writes the axes as an attribute where the model's opset wants one."""
+    return b.op(op_type, x, b.const(np.array([-1], np.int64), "axes"), keepdims=1)
 
 
 def scalar(b, value: float, dtype: str | None, hint: str):

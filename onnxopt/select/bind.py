@@ -17,8 +17,7 @@ def bind(model: Model, node: Node, kernel: Kernel, target: Target) -> list[Node]
     the kernel's other domains are added to the model's opset imports.
     """
     graph = node.graph or model.graph
-    b = NodeBuilder(graph, node, f"select:{kernel.name}")
-    b.opset = model.opset
+    b = NodeBuilder(graph, node, f"select:{kernel.name}", opset=model.opset)
     outputs = kernel.emit(b, node, target)
     for emitted in b.nodes:
         _drop_trailing_omitted_inputs(graph, emitted)
@@ -26,7 +25,7 @@ def bind(model: Model, node: Node, kernel: Kernel, target: Target) -> list[Node]
         # the values of "created" nodes value_info, and declaring the symbolic shapes of these
         # intermediates made ONNX Runtime's CPU runs 2-4% slower (TorchScript GPT-2/BERT/LLaMA
         # exports at batch 8: memory planning); ORT infers them itself.
-        emitted.metadata["onnxopt.kernel"] = kernel.name
+        emitted.metadata.update(kernel_metadata(kernel))
         emitted.created_by = ""
     if len(outputs) < len([o for o in node.outputs if o.num_uses or o.is_graph_output]):
         raise ValueError(f"{kernel.name} emitted {len(outputs)} outputs for {node.name}")
@@ -42,6 +41,15 @@ def bind(model: Model, node: Node, kernel: Kernel, target: Target) -> list[Node]
     for domain, version in kernel.opsets.items():
         model.require_opset(domain, version)
     return b.nodes
+
+
+def kernel_metadata(kernel: Kernel) -> dict[str, str]:
+    """What the file says of a node's kernel: its name, and the length where it switches plans
+    (verification then runs the model past that length too)."""
+    meta = {"onnxopt.kernel": kernel.name}
+    if kernel.switch_seq:
+        meta["onnxopt.switch_seq"] = str(kernel.switch_seq)
+    return meta
 
 
 def _drop_trailing_omitted_inputs(graph, node: Node) -> None:

@@ -119,9 +119,7 @@ def _every_row_sees_a_key(b: NodeBuilder, mask: Value) -> Value:
 
 def _branch(b: NodeBuilder, name: str) -> NodeBuilder:
     graph = Graph(b.graph.names.fresh(f"{b.created_by}/{name}"), names=b.graph.names)
-    branch = NodeBuilder(graph, None, b.created_by)
-    branch.opset = getattr(b, "opset", None)
-    return branch
+    return NodeBuilder(graph, None, b.created_by, opset=b.opset)
 
 
 def _blocked(b: NodeBuilder, node: Node, q, k, v, mask, sq, skv, count: int) -> Value:

@@ -120,10 +120,7 @@ def _emit_rms_fusable(b, node: Node, target: Target):
     v, s = _sum(b, node, "Add")
     x = node.inputs[0]
     two = scalar(b, 2.0, x.dtype, "two")
-    if int(getattr(b, "opset", 0) or 17) >= 18:
-        ms = b.op("ReduceMean", b.op("Pow", v, two), i64(b, [-1], "axes"), keepdims=1)
-    else:
-        ms = b.op("ReduceMean", b.op("Pow", v, two), axes=[-1], keepdims=1)
+    ms = b.op("ReduceMean", b.op("Pow", v, two), i64(b, [-1], "axes"), keepdims=1)
     std = b.op("Sqrt", b.op("Add", ms, scalar(b, float(node.attr("epsilon", 1e-6)), x.dtype, "eps")))
     y = b.op("Mul", b.op("Div", v, std), _gamma(b, node))
     return _with_sum(node, y, s)

@@ -23,7 +23,6 @@ from onnxopt.errors import ModelError, UnverifiedError, UsageError
 from onnxopt.verification.inputs import (
     LONG_SEQUENCE,
     LONGER_SIZES,
-    first_consistent,
     length_symbols,
     make_inputs,
     size_sets,
@@ -175,11 +174,8 @@ def _run_given(sess, feeds: dict[str, np.ndarray], label: str, names: list[str])
 
 def _switches_with_length(proto: ModelProto) -> bool:
     """Whether a node was emitted by a kernel that changes its plan with the sequence length
-    (bind records the kernel in the node's metadata)."""
-    from onnxopt.select.registry import default_registry
-
-    switching = {k.name for k in default_registry() if k.switch_seq}
-    return any(p.key == "onnxopt.kernel" and p.value in switching
+    (stage 6 records it in the node's metadata)."""
+    return any(p.key == "onnxopt.switch_seq"
                for n in evaluation.all_node_protos(proto.graph) for p in n.metadata_props)
 
 
@@ -213,7 +209,7 @@ def _runnable(sess, proto: ModelProto, sizes: dict, seed: int, pinned: dict, ove
                                 pinned=pinned, flag=flag)
             return feeds, evaluation.run(sess, feeds)
 
-        result, error = first_consistent(length_symbols(proto), length, attempt)
+        result, error = evaluation.first_consistent(length_symbols(proto), length, attempt)
         if result is not None:
             return result
         first_error = first_error or error

@@ -10,9 +10,6 @@ so attention masking is really exercised.
 
 from __future__ import annotations
 
-import itertools
-from collections.abc import Iterator
-
 import numpy as np
 import onnx
 from onnx import ModelProto
@@ -39,31 +36,6 @@ def length_symbols(model: ModelProto) -> list[str]:
     names = {d.dim_param for vi in model.graph.input for d in vi.type.tensor_type.shape.dim
              if d.dim_param and "batch" not in d.dim_param.lower()}
     return sorted(names)
-
-
-def size_alternatives(symbols: list[str], seq: int, limit: int = 27) -> Iterator[dict[str, int]]:
-    """Sizes for ``symbols``: ``seq`` for all first, then mixes of ``seq``, a shorter length
-    and their sum, fewest changes first. A model whose lengths are tied — a key/value cache,
-    where the mask covers ``past + seq`` — runs only on consistent sizes, which one shared
-    size never gives."""
-    past = seq // 2 + 1
-    choices = (seq, past, seq + past)
-    combos = sorted(itertools.product(range(3), repeat=len(symbols)),
-                    key=lambda c: (sum(x != 0 for x in c), c))
-    for combo in combos[:limit]:
-        yield {s: choices[i] for s, i in zip(symbols, combo)}
-
-
-def first_consistent(symbols: list[str], seq: int, attempt):
-    """``attempt(overrides)`` with no override, then with each of :func:`size_alternatives`,
-    until one does not raise: ``(result, None)``, or ``(None, the first exception)``."""
-    first_error = None
-    for overrides in [{}, *size_alternatives(symbols, seq)]:
-        try:
-            return attempt(overrides), None
-        except Exception as e:  # noqa: BLE001 - inconsistent sizes: try the next assignment
-            first_error = first_error or e
-    return None, first_error
 
 
 def make_inputs(model: ModelProto, sizes: dict[str, int], seed: int = 0,

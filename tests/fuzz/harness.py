@@ -389,15 +389,17 @@ _CHAIN = re.compile(r"\n(?:The above exception was the direct cause of the follo
 def root_cause(tb: str) -> tuple[str, str, str]:
     """(exception type, message, 'file.py:function' of the innermost onnxopt frame) of the
     first exception of a formatted traceback chain — the cause, not a stage wrapper."""
-    first = _CHAIN.split(tb)[0] if tb else ""
+    start = tb.find("Traceback (most recent call last):")
+    first = _CHAIN.split(tb[start:])[0] if start >= 0 else ""
     frames = re.findall(r'File "([^"]+)", line \d+, in (\S+)', first)
     ours = [(f, fn) for f, fn in frames if "/onnxopt/" in f and "/tests/" not in f]
     where = f"{ours[-1][0].split('/onnxopt/')[-1]}:{ours[-1][1]}" if ours else ""
-    last = [ln for ln in first.strip().splitlines() if ln and not ln.startswith(" ")]
-    match = re.match(r"([\w.]+): ?(.*)", last[-1]) if last else None
+    last = [ln for ln in first.strip().splitlines()[1:]
+            if ln and not ln.startswith((" ", "onnxopt:", "Traceback"))]
+    match = re.match(r"([\w.]+)(?:: ?(.*))?$", last[-1]) if last else None
     if match is None:
         return "", "", where
-    return match.group(1).rsplit(".", 1)[-1], match.group(2), where
+    return match.group(1).rsplit(".", 1)[-1], match.group(2) or "", where
 
 
 def internal_signature(result: CliResult, verdict: str = "internal_error") -> str:

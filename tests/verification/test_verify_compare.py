@@ -113,10 +113,12 @@ agraph (float[batch, seq] x) => (float[batch, seq, 4] y)
 
 def _switching(proto: onnx.ModelProto) -> onnx.ModelProto:
     """``proto`` with its first node marked as emitted by a kernel that switches with length."""
+    from onnxopt.select.bind import kernel_metadata
     from onnxopt.select.causal_blocks import causal_block_kernels
 
     (kernel,) = causal_block_kernels()
-    proto.graph.node[0].metadata_props.add(key="onnxopt.kernel", value=kernel.name)
+    for key, value in kernel_metadata(kernel).items():
+        proto.graph.node[0].metadata_props.add(key=key, value=value)
     return proto
 
 

@@ -1,10 +1,17 @@
-"""A runnable ONNX model of a piece of the IR, for evaluating it on probe inputs."""
+"""A runnable ONNX model of a piece of the IR, for evaluating it on probe inputs.
+
+Mask probes cut the subgraph that computes a mask out of the model and run it at
+several sizes; constant folding evaluates one node with onnx's reference evaluator.
+Both need the piece as a standalone ModelProto, written by the exporter's own node
+and tensor spelling (so a node of an old opset is written as that opset spells it).
+"""
 
 from __future__ import annotations
 
 from onnx import ModelProto, helper
 
-from onnxopt.exporter.build import _Exporter, value_info
+from onnxopt.exporter.build import ProtoWriter, value_info
+from onnxopt.exporter.save import inline_external
 from onnxopt.exporter.versions import choose_ir_version
 from onnxopt.ir.model import Model
 from onnxopt.ir.node import Node
@@ -50,7 +57,7 @@ def subgraph_model(model: Model, outputs: list[Value], *, shape_leaves: bool = F
     nodes, inputs, consts = cone(outputs, shape_leaves=shape_leaves)
     if not nodes and any(v.producer is not None for v in outputs):
         return None
-    exporter = _Exporter(model)
+    exporter = ProtoWriter(model)
     graph = helper.make_graph(
         [p for n in nodes for p in exporter.node(n)], "probe",
         [value_info(v) for v in inputs], [value_info(v) for v in outputs],
@@ -59,7 +66,5 @@ def subgraph_model(model: Model, outputs: list[Value], *, shape_leaves: bool = F
         helper.make_opsetid(d, v) for d, v in model.opset_imports.items()])
     proto.ir_version = choose_ir_version(model.ir_version, model.opset)
     if exporter.external:
-        from onnxopt.exporter.save import inline_external
-
         inline_external(proto, exporter.external)
     return proto
