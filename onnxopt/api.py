@@ -13,10 +13,11 @@ from typing import Any
 
 from onnx import ModelProto
 
+from onnxopt.bisection import bisect as run_bisect
 from onnxopt.errors import UsageError
 from onnxopt.exporter.save import inline_external, save_model
 from onnxopt.options import OptimizeOptions
-from onnxopt.pipeline import OptimizeResult
+from onnxopt.pipeline import OptimizeResult, explain_model
 from onnxopt.safeguard import optimize_guarded
 from onnxopt.verification import VerifyReport, verify_models
 
@@ -65,7 +66,6 @@ def bisect(model: str | os.PathLike | ModelProto, output: str | os.PathLike | No
     Returns a :class:`onnxopt.bisection.BisectReport` (``culprits``, ``lines()``); with
     ``output`` the model optimized without the culprits is written there.
     """
-    from onnxopt.bisection import bisect as run_bisect
 
     options = OptimizeOptions(**_option_kwargs(option_kwargs))
     source = os.fspath(model) if isinstance(model, (str, os.PathLike)) else model
@@ -77,7 +77,6 @@ def bisect(model: str | os.PathLike | ModelProto, output: str | os.PathLike | No
 
 def explain(model: str | os.PathLike | ModelProto, **option_kwargs: Any):
     """Every candidate region with what matched and why it was or was not fused."""
-    from onnxopt.pipeline import explain_model
 
     options = OptimizeOptions(**_option_kwargs(option_kwargs))
     source = os.fspath(model) if isinstance(model, (str, os.PathLike)) else model

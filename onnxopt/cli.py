@@ -7,14 +7,13 @@ traceback too and runs the IR verifier after every pass.
 
 from __future__ import annotations
 
-import json
-import os
 import sys
 import traceback
 
 import click
 
 from onnxopt import __version__
+from onnxopt.commands import register
 from onnxopt.errors import OnnxoptError
 
 EXAMPLES = """
@@ -29,11 +28,6 @@ Examples:
 """
 
 
-def debug_option(f):
-    return click.option("--debug", is_flag=True,
-                        help="Show tracebacks; verify the IR after every pass.")(f)
-
-
 @click.group(epilog=EXAMPLES, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="onnxopt")
 def cli() -> None:
@@ -46,8 +40,6 @@ def cli() -> None:
 
 
 def _register_commands() -> None:
-    from onnxopt.commands import register
-
     register(cli)
 
 
@@ -85,11 +77,3 @@ def main(argv: list[str] | None = None) -> int:
     if argv is None:
         sys.exit(code)
     return code
-
-
-def write_json(path: str, data: dict) -> None:
-    tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "w") as f:
-        json.dump(data, f, indent=2, sort_keys=False, default=str)
-        f.write("\n")
-    os.replace(tmp, path)

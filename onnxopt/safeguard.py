@@ -23,6 +23,8 @@ from __future__ import annotations
 import dataclasses
 import time
 
+import onnx
+import onnxruntime as ort
 from onnx import ModelProto
 
 from onnxopt.holdback import minimal_hold, units_of
@@ -114,7 +116,6 @@ class _Guard:
 
     def _original(self) -> OptimizeResult:
         """The input as it was (the round trip's IR stands in for the model)."""
-        import onnx
 
         plain = run_pipeline(self.source, dataclasses.replace(self.options, fuse=False))
         if isinstance(self.source, ModelProto):
@@ -128,8 +129,6 @@ class _Guard:
 
 def _file_fitness(path: str) -> Fitness:
     """The checks on an input whose weights lie in external data (read by path)."""
-    import onnx
-    import onnxruntime as ort
 
     checker = loads = None
     try:

@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import click
 
-from onnxopt.cli import debug_option, write_json
+from onnxopt.commands.options import debug_option, write_json
+from onnxopt.commands.report import print_explain
+from onnxopt.errors import UsageError
+from onnxopt.options import OptimizeOptions
+from onnxopt.pipeline import explain_model
+from onnxopt.rules import all_rules
 
 
 @click.command("explain")
@@ -21,11 +26,6 @@ def explain(model: str, rule: str | None, target: str | None, determinism: str,
             debug: bool) -> None:
     """List every candidate region of MODEL: fused, refused (with the legality reason) or
     a partial match (with where it stopped), and the kernel chosen for each fused op."""
-    from onnxopt.commands.report import print_explain
-    from onnxopt.errors import UsageError
-    from onnxopt.options import OptimizeOptions
-    from onnxopt.pipeline import explain_model
-    from onnxopt.rules import all_rules
 
     if rule and rule not in {r.name for r in all_rules()}:
         raise UsageError(f"unknown rule '{rule}' (rules: "

@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import click
 
-from onnxopt.cli import debug_option
+from onnxopt import normalize
+from onnxopt.commands.options import debug_option
+from onnxopt.importer import import_model
+from onnxopt.ir.printer import format_graph
+from onnxopt.ir.verifier import verify_graph
+from onnxopt.options import OptimizeOptions
 
 
 @click.command("ir")
@@ -13,16 +18,11 @@ from onnxopt.cli import debug_option
 @debug_option
 def ir(model: str, normalized: bool, debug: bool) -> None:
     """Print MODEL's semantic IR as text (``{}`` ONNX attributes, ``<>`` recorded meaning)."""
-    from onnxopt.importer import import_model
-    from onnxopt.ir.printer import format_graph
-    from onnxopt.ir.verifier import verify_graph
 
     m = import_model(model)
     if debug:
         verify_graph(m.graph)
     if normalized:
-        from onnxopt import normalize
-        from onnxopt.options import OptimizeOptions
 
         normalize.run(m, OptimizeOptions(debug=debug))
     opsets = ", ".join(f"{d or 'ai.onnx'}:{v}" for d, v in sorted(m.opset_imports.items()))

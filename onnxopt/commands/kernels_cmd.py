@@ -5,6 +5,11 @@ from __future__ import annotations
 import json
 
 import click
+from rich.table import Table
+
+from onnxopt.commands.report import console
+from onnxopt.errors import UsageError
+from onnxopt.select.registry import default_registry
 
 
 @click.command("kernels")
@@ -16,8 +21,6 @@ def kernels(ops: tuple[str, ...], target: str | None, as_json: bool) -> None:
     """List every kernel a fused op can be bound to: backend, execution providers, dtypes,
     what it needs (opset, ONNX Runtime version, other domains, compute capability) and what
     it is."""
-    from onnxopt.errors import UsageError
-    from onnxopt.select.registry import default_registry
 
     registry = default_registry()
     known = sorted({k.implements for k in registry})
@@ -31,9 +34,7 @@ def kernels(ops: tuple[str, ...], target: str | None, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps([k.to_json() for k in selected], indent=2))
         return
-    from rich.table import Table
 
-    from onnxopt.commands.report import console
 
     table = Table(title=f"kernel registry ({len(selected)} kernels)", show_edge=False,
                   title_justify="left", show_lines=False)

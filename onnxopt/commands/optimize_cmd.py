@@ -6,8 +6,15 @@ import os
 
 import click
 
-from onnxopt.cli import debug_option, write_json
+from onnxopt.api import check_output_path, write_result
+from onnxopt.bisection import bisect
+from onnxopt.commands.options import debug_option, write_json
+from onnxopt.commands.report import print_optimize, print_verify, stage_progress
 from onnxopt.commands.verify_cmd import inputs_options, verify_inputs
+from onnxopt.errors import UsageError, VerificationError
+from onnxopt.options import OptimizeOptions
+from onnxopt.safeguard import optimize_guarded
+from onnxopt.verification import verify_models
 
 
 def default_output(path: str) -> str:
@@ -58,24 +65,16 @@ def optimize(model: str, output: str | None, json_path: str | None, do_verify: b
              no_fuse: bool, quiet: bool, do_bisect: bool, inputs: tuple[str, ...],
              shapes: tuple[str, ...], debug: bool) -> None:
     """Optimize MODEL and write the result; print a report of what changed."""
-    from onnxopt.api import check_output_path, write_result
-    from onnxopt.commands.report import print_optimize, print_verify, stage_progress
-    from onnxopt.errors import VerificationError
-    from onnxopt.options import OptimizeOptions
-    from onnxopt.safeguard import optimize_guarded
 
     output = output or default_output(model)
     if not os.path.exists(model):
-        from onnxopt.errors import UsageError
 
         raise UsageError(f"{model}: no such file")
     check_output_path(model, output)
     if do_bisect and not do_verify:
-        from onnxopt.errors import UsageError
 
         raise UsageError("--bisect needs --verify (it looks for the cause of a mismatch)")
     if ort_version is not None and not _is_version(ort_version):
-        from onnxopt.errors import UsageError
 
         raise UsageError(f"--ort-version {ort_version}: expected MAJOR.MINOR, e.g. 1.20")
     options = OptimizeOptions(target=target, only=frozenset(only), disable=frozenset(disable),
@@ -95,13 +94,11 @@ def optimize(model: str, output: str | None, json_path: str | None, do_verify: b
     data["output"] = output
     verify_report = found = None
     if do_verify:
-        from onnxopt.verification import verify_models
 
         given = verify_inputs(inputs, shapes)
         verify_report = verify_models(model, output, **given)
         data["verify"] = verify_report.to_json()
         if do_bisect and not verify_report.ok:
-            from onnxopt.bisection import bisect
 
             found = bisect(model, options, given, first=result, first_report=verify_report)
             data["bisect"] = found.to_json()

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import contextlib
 import sys
+from collections import Counter, defaultdict
 
 from rich.console import Console
+from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from onnxopt.pipeline import OptimizeReport
@@ -22,7 +24,6 @@ def stage_progress(enabled: bool = True):
     if not enabled or not sys.stderr.isatty():
         yield lambda _name: None
         return
-    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
     with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
                   console=Console(stderr=True), transient=True) as bar:
@@ -89,7 +90,6 @@ def print_fusion(out: Console, report) -> None:
 def print_selection(out: Console, report) -> None:
     """One row per (fused op, chosen kernel), then every kernel not chosen and why (the most
     common reason over those nodes)."""
-    from collections import Counter, defaultdict
 
     groups: dict[tuple[str, str], list] = defaultdict(list)
     for s in report.selections:

@@ -5,9 +5,15 @@ from __future__ import annotations
 import os
 
 import click
+import numpy as np
+import onnxruntime as ort
 
-from onnxopt.cli import debug_option
+from onnxopt.commands.options import debug_option
 from onnxopt.errors import OnnxoptError, UsageError
+from onnxopt.importer.load import read_model_proto
+from onnxopt.ir.dtypes import dtype_name, numpy_dtype
+from onnxopt.runtime import RuntimeUnavailable, cuda_available, session, used_ops
+from onnxopt.verification.inputs import make_inputs
 
 CUDA_DOMAIN = "ai.onnxopt.cuda"
 
@@ -40,16 +46,12 @@ def run(model: str, inputs_path: str | None, provider: str | None, output: str |
     Models optimized for --target cuda contain ai.onnxopt.cuda ops: they run on CUDA with
     onnxopt's kernels, or on the CPU with their NumPy reference kernels.
     """
-    import numpy as np
-    import onnxruntime as ort
 
-    from onnxopt.runtime import RuntimeUnavailable, cuda_available, session, used_ops
 
     if not os.path.isfile(model):
         raise UsageError(f"{model}: no such file")
     if output is not None and os.path.isdir(output):
         raise UsageError(f"{output}: output path is a directory")
-    from onnxopt.importer.load import read_model_proto
 
     proto = read_model_proto(model)  # one-line errors for files that are not ONNX models
     ours = sorted(op for domain, op in used_ops(proto) if domain == CUDA_DOMAIN)
@@ -96,10 +98,7 @@ def _providers(choice: str | None, ours: list[str], cuda_available) -> tuple[lis
 
 
 def _feeds(model: str, proto, inputs_path: str | None, batch: int, seq: int, seed: int) -> dict:
-    import numpy as np
 
-    from onnxopt.ir.dtypes import dtype_name, numpy_dtype
-    from onnxopt.verification.inputs import make_inputs
 
     initializers = {t.name for t in proto.graph.initializer}
     wanted = {vi.name: vi for vi in proto.graph.input if vi.name not in initializers}
@@ -136,7 +135,6 @@ def _feeds(model: str, proto, inputs_path: str | None, batch: int, seq: int, see
 
 
 def _print(names: list[str], results: list, provider: str) -> None:
-    import numpy as np
 
     click.echo(f"provider: {provider}")
     for name, value in zip(names, results):

@@ -6,7 +6,14 @@ import os
 
 import click
 
-from onnxopt.cli import debug_option, write_json
+from onnxopt.api import check_output_path, write_result
+from onnxopt.bisection import bisect
+from onnxopt.commands.options import debug_option, write_json
+from onnxopt.commands.report import print_verify
+from onnxopt.errors import VerificationError
+from onnxopt.options import OptimizeOptions
+from onnxopt.verification import verify_models
+from onnxopt.verification.inputs import load_input_files, parse_shapes
 
 
 def inputs_options(f):
@@ -23,7 +30,6 @@ def inputs_options(f):
 
 def verify_inputs(inputs: tuple[str, ...], shapes: tuple[str, ...]) -> dict:
     """The keyword arguments of verify_models for the two options."""
-    from onnxopt.verification.inputs import load_input_files, parse_shapes
 
     return {"inputs": load_input_files(list(inputs)) if inputs else None,
             "shapes": parse_shapes(list(shapes))}
@@ -56,9 +62,6 @@ def verify(original: str, optimized: str, runs: int, seed: int, rtol: float | No
     Inputs respect symbolic dimensions (batch, seq), attention masks contain
     padding. Exits 1 when any output differs beyond tolerance.
     """
-    from onnxopt.commands.report import print_verify
-    from onnxopt.errors import VerificationError
-    from onnxopt.verification import verify_models
 
     given = verify_inputs(inputs, shapes)
     report = verify_models(original, optimized, runs=runs, seed=seed, rtol=rtol, **given)
@@ -75,9 +78,6 @@ def verify(original: str, optimized: str, runs: int, seed: int, rtol: float | No
 
 def _bisect(original: str, optimized: str, output: str | None, given: dict) -> dict:
     """Re-optimize ``original`` and bisect; print the findings, write the culprit-free model."""
-    from onnxopt.api import check_output_path, write_result
-    from onnxopt.bisection import bisect
-    from onnxopt.options import OptimizeOptions
 
     output = output or _beside(optimized, ".bisect.onnx")
     check_output_path(original, output)

@@ -14,7 +14,8 @@ from onnxopt.evaluation.ort import (
     uses_onnxopt_kernels,
 )
 from onnxopt.evaluation.reference import evaluate_node
-from onnxopt.evaluation.sizes import first_consistent, size_alternatives
+from onnxopt.evaluation.sizes import first_consistent, padding_mask, size_alternatives
 
-__all__ = ["all_node_protos", "cone", "evaluate_node", "first_consistent", "first_line", "run",
+__all__ = ["all_node_protos", "cone", "evaluate_node", "first_consistent", "first_line", "padding_mask",
+           "run",
            "session", "size_alternatives", "subgraph_model", "uses_onnxopt_kernels"]

@@ -15,6 +15,9 @@ from collections.abc import Iterator
 from typing import Any
 
 import onnx
+import onnxruntime as ort
+
+from onnxopt.runtime import session as bridge_session
 
 QUIET = 4  # ORT's "fatal only" severity
 
@@ -40,7 +43,6 @@ def session(model: str | os.PathLike | bytes | onnx.ModelProto,
     """A quiet InferenceSession (``threads``: intra-op threads; ``optimize=False`` turns ORT's
     graph optimizations off; ``config``: session config entries; other keywords set
     SessionOptions attributes)."""
-    import onnxruntime as ort
 
     opts = ort.SessionOptions()
     opts.log_severity_level = QUIET
@@ -59,7 +61,6 @@ def session(model: str | os.PathLike | bytes | onnx.ModelProto,
     elif proto is None:
         proto = onnx.load(os.fspath(model), load_external_data=False)
     if uses_onnxopt_kernels(proto):
-        from onnxopt.runtime import session as bridge_session
 
         source = os.fspath(model) if isinstance(model, (str, os.PathLike)) else proto
         return bridge_session(source, providers=providers, sess_options=opts)
@@ -71,7 +72,6 @@ def session(model: str | os.PathLike | bytes | onnx.ModelProto,
 
 def run(sess, feeds: dict, outputs: list[str] | None = None) -> list:
     """``sess.run`` with ORT's own logging of a failure silenced (the exception remains)."""
-    import onnxruntime as ort
 
     quiet = ort.RunOptions()
     quiet.log_severity_level = QUIET

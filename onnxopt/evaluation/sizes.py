@@ -1,14 +1,17 @@
-"""Sizes that a model with tied lengths accepts.
+"""Probe inputs: sizes that a model with tied lengths accepts, and padded masks.
 
 A model whose symbolic lengths are tied — a key/value cache, where the mask covers
 ``past + seq`` keys — runs only on consistent sizes, which one shared size never
-gives. Mask probes and verification both search for such sizes here.
+gives. Mask probes and verification both search for such sizes here, and both feed
+attention masks with padding, so that masking is really exercised.
 """
 
 from __future__ import annotations
 
 import itertools
 from collections.abc import Iterator
+
+import numpy as np
 
 
 def size_alternatives(symbols: list[str], seq: int, limit: int = 27) -> Iterator[dict[str, int]]:
@@ -34,3 +37,16 @@ def first_consistent(symbols: list[str], seq: int, attempt):
         except Exception as e:  # noqa: BLE001 - inconsistent sizes: try the next assignment
             first_error = first_error or e
     return None, first_error
+
+
+def padding_mask(shape: tuple[int, ...]) -> np.ndarray:
+    """Ones with trailing zeros: row 0 loses its last 2 positions, later rows a third of theirs."""
+    mask = np.ones(shape, dtype=np.int64)
+    if len(shape) < 2 or shape[-1] < 3:
+        return mask
+    seq = shape[-1]
+    flat = mask.reshape(-1, seq)
+    for row in range(flat.shape[0]):
+        pad = 2 if row == 0 else max(1, seq // 3) + row - 1
+        flat[row, seq - min(pad, seq - 1):] = 0
+    return mask

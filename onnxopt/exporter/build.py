@@ -14,6 +14,7 @@ from __future__ import annotations
 import onnx
 from onnx import AttributeProto, GraphProto, ModelProto, TensorProto, helper, numpy_helper
 
+from onnxopt.exporter.save import EXTERNAL_MARK, inline_external
 from onnxopt.exporter.versions import choose_ir_version
 from onnxopt.ir.dtypes import dtype_code
 from onnxopt.ir.graph import Graph
@@ -23,14 +24,11 @@ from onnxopt.ir.opset_spelling import export_form
 from onnxopt.ir.tensor import LazyTensor
 from onnxopt.ir.value import Value
 
-EXTERNAL_MARK = "__onnxopt_external__"
-
 
 def export_model(model: Model) -> ModelProto:
     """Build a ModelProto with every weight inline (external ones are read)."""
     proto, external = export_model_lazy(model)
     if external:
-        from onnxopt.exporter.save import inline_external
 
         inline_external(proto, external)
     return proto

@@ -13,12 +13,14 @@ from __future__ import annotations
 import os
 import tempfile
 
-from onnx import ModelProto, TensorProto
+from onnx import ModelProto, TensorProto, numpy_helper
 
 from onnxopt.errors import UsageError
-from onnxopt.exporter.build import EXTERNAL_MARK
 from onnxopt.ir.tensor import LazyTensor
 
+# The location the exporter gives an external tensor it has not written yet (its bytes stay
+# where the input had them until save_model streams them to the output's data file).
+EXTERNAL_MARK = "__onnxopt_external__"
 PROTOBUF_LIMIT = 2**31 - 1
 EXTERNAL_THRESHOLD = 1024  # bytes: smaller tensors stay inline, as onnx's own saver does
 _ALIGN = 64
@@ -138,7 +140,6 @@ def _raw_size(t: TensorProto) -> int:
 def _raw_bytes(t: TensorProto) -> bytes:
     if t.HasField("raw_data"):
         return t.raw_data
-    from onnx import numpy_helper
 
     arr = numpy_helper.to_array(t)
     return arr.astype(arr.dtype.newbyteorder("<")).tobytes()

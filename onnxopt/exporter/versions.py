@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 
-from onnx import helper
+from onnx import TensorProto, helper
 
 _FALLBACK_MAX_IR = 10
 
@@ -31,7 +31,6 @@ def ort_max_ir_version() -> int:
         import onnxruntime as ort
     except ImportError:
         return _FALLBACK_MAX_IR
-    from onnx import TensorProto
 
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])

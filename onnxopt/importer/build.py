@@ -14,6 +14,7 @@ import contextlib
 import gc
 import os
 
+import numpy as np
 import onnx
 from onnx import AttributeProto, GraphProto, ModelProto, TensorProto
 
@@ -331,7 +332,6 @@ def _declared_names(g: GraphProto):
 
 
 def _constant_from_attr(a: AttributeProto) -> LazyTensor | None:
-    import numpy as np
 
     if a.name == "value_float":
         return LazyTensor.from_array(np.array(a.f, dtype=np.float32))

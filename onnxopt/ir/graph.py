@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 
 from onnxopt.ir.node import Attr, Node
+from onnxopt.ir.printer import format_graph
 from onnxopt.ir.tensor import LazyTensor
 from onnxopt.ir.value import Shape, Value
 
@@ -284,8 +285,6 @@ class Graph:
         self.constants.pop(value.name, None)
 
     def __repr__(self) -> str:
-        from onnxopt.ir.printer import format_graph
-
         return format_graph(self)
 
 

@@ -8,24 +8,20 @@ them through :meth:`Graph.set_input` so use lists stay right.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+
+from onnxopt.ir.attr import Attr, subgraphs_of
+from onnxopt.ir.printer import format_node
 
 if TYPE_CHECKING:
     from onnxopt.ir.graph import Graph
     from onnxopt.ir.value import Value
 
+__all__ = ["LEGACY_DOMAIN", "Attr", "Node"]
+
 LEGACY_DOMAIN = "onnxopt.legacy"
 """Where standard-domain nodes of a meaning onnxopt does not model wait, untouched, until
 export (see :mod:`onnxopt.ir.opset_spelling`); ``sem["onnx_domain"]`` keeps their domain."""
-
-
-@dataclass(slots=True)
-class Attr:
-    """An attribute value with its ONNX attribute type code (kept for exact round trips)."""
-
-    type: int
-    value: Any
 
 
 class Node:
@@ -86,14 +82,10 @@ class Node:
         return default if a is None else a.value
 
     def subgraphs(self) -> list[Graph]:
-        from onnxopt.ir.graph import Graph
-
+        """The graphs this node owns (If branches, Loop/Scan bodies), in attribute order."""
         out: list[Graph] = []
         for a in self.attrs.values():
-            if isinstance(a.value, Graph):
-                out.append(a.value)
-            elif isinstance(a.value, (list, tuple)):
-                out.extend(g for g in a.value if isinstance(g, Graph))
+            out.extend(subgraphs_of(a))
         return out
 
     @property
@@ -102,6 +94,4 @@ class Node:
         return self.op_type if domain in ("", "ai.onnx") else f"{domain}::{self.op_type}"
 
     def __repr__(self) -> str:
-        from onnxopt.ir.printer import format_node
-
         return format_node(self)

@@ -11,9 +11,14 @@
 
 from __future__ import annotations
 
-from onnxopt.ir.graph import Graph
-from onnxopt.ir.node import Node
+from typing import TYPE_CHECKING
+
+from onnxopt.ir.attr import subgraphs_of
 from onnxopt.ir.tensor import LazyTensor
+
+if TYPE_CHECKING:
+    from onnxopt.ir.graph import Graph
+    from onnxopt.ir.node import Node
 
 _SMALL_CONSTANT = 8
 
@@ -39,14 +44,14 @@ def format_node(node: Node, indent: str = "", *, show_types: bool = True) -> str
     parts = []
     subgraphs = []
     for name, a in node.attrs.items():
-        val = a.value
-        if isinstance(val, Graph):
-            subgraphs.append((name, val))
+        graphs = subgraphs_of(a)
+        if len(graphs) == 1 and a.type == 5:  # AttributeProto.GRAPH
+            subgraphs.append((name, graphs[0]))
             continue
-        if isinstance(val, tuple) and val and all(isinstance(g, Graph) for g in val):
-            subgraphs.extend((f"{name}[{i}]", g) for i, g in enumerate(val))
+        if graphs:
+            subgraphs.extend((f"{name}[{i}]", g) for i, g in enumerate(graphs))
             continue
-        parts.append(f"{name}={_attr_text(val)}")
+        parts.append(f"{name}={_attr_text(a.value)}")
     sem = []
     for key, val in node.sem.items():
         if val is True:

@@ -19,7 +19,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from onnxopt import evaluation
+from onnxopt.ir.dtypes import numpy_dtype
 from onnxopt.ir.model import Model
+from onnxopt.ir.symdim import evaluate
 from onnxopt.ir.value import Value
 
 MASKED = -1e4  # an additive value at or below this masks a key (exp underflows to 0)
@@ -187,8 +189,6 @@ def _shape_known(v: Value) -> bool:
 
 def _shape_feed(v: Value, symbols: dict) -> np.ndarray:
     """The value ``Shape(x)`` takes at the probe sizes, from ``x``'s symbolic shape."""
-    from onnxopt.normalize.symdim import evaluate
-
     node = v.producer
     dims = [evaluate(d, symbols, default=3) for d in node.inputs[0].shape]
     dims = dims[slice(node.attr("start", 0), node.attr("end"))]
@@ -196,13 +196,9 @@ def _shape_feed(v: Value, symbols: dict) -> np.ndarray:
 
 
 def _feed(v: Value, symbols: dict, rng, pad: bool) -> np.ndarray:
-    from onnxopt.ir.dtypes import numpy_dtype
-    from onnxopt.normalize.symdim import evaluate
-    from onnxopt.verification.inputs import padding_mask
-
     shape = tuple(evaluate(d, symbols) for d in v.shape)
     if pad:
-        return padding_mask(shape).astype(numpy_dtype(v.dtype))
+        return evaluation.padding_mask(shape).astype(numpy_dtype(v.dtype))
     if v.dtype in ("int64", "int32") and len(shape) == 2:
         return np.ones(shape, dtype=numpy_dtype(v.dtype))
     return np.ones(shape, dtype=numpy_dtype(v.dtype))

@@ -9,9 +9,9 @@ than guess.
 
 from __future__ import annotations
 
+from onnxopt.ir import symdim as sd
 from onnxopt.ir.node import Node
 from onnxopt.ir.value import Value
-from onnxopt.normalize import symdim as sd
 from onnxopt.normalize._common import ort_slice
 
 UNARY = {"Identity", "Neg", "Sqrt", "Exp", "Log", "Abs", "Relu", "Sigmoid", "Tanh", "Erf", "Softmax",

@@ -16,10 +16,10 @@ Afterwards ``transpose_into_matmul`` can turn the result into a MatMul flag.
 
 from __future__ import annotations
 
+from onnxopt.ir import symdim as sd
 from onnxopt.ir.edit import replace_value
 from onnxopt.ir.model import Model
 from onnxopt.ir.semantics import annotate
-from onnxopt.normalize import symdim as sd
 from onnxopt.normalize._common import all_graphs, ints_attr, is_op
 
 

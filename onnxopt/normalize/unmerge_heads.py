@@ -22,13 +22,13 @@ from __future__ import annotations
 
 import numpy as np
 
+from onnxopt.ir import symdim as sd
 from onnxopt.ir.edit import remove_if_dead, replace_value
 from onnxopt.ir.graph import Graph
 from onnxopt.ir.model import Model
 from onnxopt.ir.node import Node
 from onnxopt.ir.tensor import LazyTensor
 from onnxopt.ir.value import Value
-from onnxopt.normalize import symdim as sd
 from onnxopt.normalize._common import all_graphs, int_attr, is_op, new_node
 
 CREATED_BY = "unmerge_heads"

@@ -18,6 +18,7 @@ import math
 
 import numpy as np
 
+from onnxopt.ir.dtypes import numpy_dtype
 from onnxopt.ir.node import Node
 from onnxopt.ops.base import FusedOp
 from onnxopt.ops.norms import scalar
@@ -47,7 +48,6 @@ def decompose_silu(b, node: Node):
     alpha = node.attr("alpha", 1.0)
     inner = x
     if alpha != 1.0:
-        from onnxopt.ir.dtypes import numpy_dtype
 
         inner = b.op("Mul", x, b.const(np.array(alpha, numpy_dtype(x.dtype or "float32")),
                                        "alpha"))

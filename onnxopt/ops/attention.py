@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from onnxopt.ir.dtypes import numpy_dtype
 from onnxopt.ir.node import Node
 from onnxopt.ops.base import FusedOp
 
@@ -192,7 +193,6 @@ def _reference_bnsh(q, k, v, mask, scale, nan_to_zero):
 
 
 def _np_dtype(dtype: str | None):
-    from onnxopt.ir.dtypes import numpy_dtype
 
     return numpy_dtype(dtype or "float32")
 

@@ -2,19 +2,19 @@
 
 from __future__ import annotations
 
+from onnxopt.rules.attention import Attention
+from onnxopt.rules.attention_layout import AttentionInputLayout, AttentionOutputLayout
+from onnxopt.rules.attention_projections import AttentionProjections
 from onnxopt.rules.base import Rule
+from onnxopt.rules.gelu import Gelu
+from onnxopt.rules.layer_norm import LayerNorm, LayerNormOp
+from onnxopt.rules.rms_norm import RMSNorm
+from onnxopt.rules.rotary import Rotary
+from onnxopt.rules.silu import Silu
+from onnxopt.rules.swiglu import SwiGLU
 
 
 def all_rules() -> list[Rule]:
-    from onnxopt.rules.attention import Attention
-    from onnxopt.rules.attention_layout import AttentionInputLayout, AttentionOutputLayout
-    from onnxopt.rules.attention_projections import AttentionProjections
-    from onnxopt.rules.gelu import Gelu
-    from onnxopt.rules.layer_norm import LayerNorm, LayerNormOp
-    from onnxopt.rules.rms_norm import RMSNorm
-    from onnxopt.rules.rotary import Rotary
-    from onnxopt.rules.silu import Silu
-    from onnxopt.rules.swiglu import SwiGLU
 
     return [
         Attention(), AttentionInputLayout(), AttentionOutputLayout(), AttentionProjections(),

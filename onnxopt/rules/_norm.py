@@ -18,13 +18,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from onnxopt.ir import symdim as sd
 from onnxopt.ir.dtypes import FLOAT_TYPES, dtype_name
 from onnxopt.ir.edit import replace_value
 from onnxopt.ir.node import Node
 from onnxopt.ir.value import Value
 from onnxopt.legality.predicates import SHAPE_READERS
 from onnxopt.match.pattern import Match
-from onnxopt.normalize import symdim as sd
 
 
 def sole_reader(node: Node) -> Node | None:

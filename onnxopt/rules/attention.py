@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from onnxopt.ir import symdim as sd
 from onnxopt.ir.builder import NodeBuilder
 from onnxopt.ir.dtypes import FLOAT_TYPES
 from onnxopt.legality.mask import MaskInfo, classify_mask
 from onnxopt.legality.predicates import last_axis, reduction_order, scalar_constant
 from onnxopt.match.pattern import Builder, Match
-from onnxopt.normalize import symdim as sd
 from onnxopt.rules.base import Rule
 
 

@@ -20,9 +20,9 @@ after the split (LLaMA) keeps BNSH inputs but still absorbs the output merge.
 
 from __future__ import annotations
 
+from onnxopt.ir import symdim as sd
 from onnxopt.ir.builder import FUSED_DOMAIN, NodeBuilder
 from onnxopt.match.pattern import Builder, Match
-from onnxopt.normalize import symdim as sd
 from onnxopt.ops.attention import attributes_with
 from onnxopt.rules.base import Rule
 

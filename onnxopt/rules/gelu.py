@@ -18,12 +18,12 @@ the pattern rather than in it, so that a GELU is never refused for its bias.
 
 from __future__ import annotations
 
+from onnxopt.ir import symdim as sd
 from onnxopt.ir.builder import NodeBuilder
 from onnxopt.ir.dtypes import FLOAT_TYPES
 from onnxopt.ir.node import Node
 from onnxopt.ir.value import Value
 from onnxopt.match.pattern import Builder, Match
-from onnxopt.normalize import symdim as sd
 from onnxopt.ops.activations import SQRT_2_OVER_PI, SQRT_HALF, TANH_CUBIC
 from onnxopt.rules._norm import feature_shape
 from onnxopt.rules.base import Rule

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from onnxopt.ir import symdim as sd
 from onnxopt.ir.builder import NodeBuilder
 from onnxopt.ir.dtypes import FLOAT_TYPES
 from onnxopt.ir.node import Node
 from onnxopt.match.pattern import Builder, Match
-from onnxopt.normalize import symdim as sd
 from onnxopt.rules.base import Rule
 
 INT64_MAX = 2**63 - 1

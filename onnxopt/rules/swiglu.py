@@ -7,10 +7,10 @@ pattern reads either ``SiluFused(gate)`` or the raw ``gate · sigmoid(gate)``.
 
 from __future__ import annotations
 
+from onnxopt.ir import symdim as sd
 from onnxopt.ir.builder import FUSED_DOMAIN, NodeBuilder
 from onnxopt.ir.dtypes import FLOAT_TYPES
 from onnxopt.match.pattern import Builder, Match
-from onnxopt.normalize import symdim as sd
 from onnxopt.rules.base import Rule
 
 

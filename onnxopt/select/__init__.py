@@ -12,12 +12,17 @@ from __future__ import annotations
 
 import dataclasses
 
-from onnxopt.ir.builder import FUSED_DOMAIN
+import onnxruntime
+
+from onnxopt.ir.builder import FUSED_DOMAIN, NodeBuilder
+from onnxopt.ir.edit import replace_value
 from onnxopt.ir.model import Model
 from onnxopt.legality.target import Target, make_target
+from onnxopt.ops.attention import merge_output, to_bnsh
 from onnxopt.options import OptimizeOptions
-from onnxopt.select import cost_model
+from onnxopt.select import cost_model, tuning
 from onnxopt.select.bind import bind
+from onnxopt.select.decompose import decomposition_kernels
 from onnxopt.select.kernel import Kernel
 from onnxopt.select.registry import default_registry
 from onnxopt.select.selector import Selection, legal_kernels, select_kernel
@@ -94,9 +99,6 @@ def _bnsh_attention(model: Model, node):
     packed ``[B, S, H*D]`` form (MultiHeadAttention) its emitter reads through them,
     and the cleanup pass cancels the Transpose pairs that remain.
     """
-    from onnxopt.ir.builder import NodeBuilder
-    from onnxopt.ir.edit import replace_value
-    from onnxopt.ops.attention import merge_output, to_bnsh
 
     if node.op_type != "AttentionFused" or (node.attr("layout", "BNSH") == "BNSH" and
                                             node.attr("output_layout", "BNSH") == "BNSH"):
@@ -124,7 +126,6 @@ def _both_lengths(short: dict[str, float], short_failed: dict[str, str],
 
 def _fallback(node, target: Target, registry: list[Kernel], model_opset: int) -> Selection:
     """Nothing legal (a registry without this op's decomposition): use the decomposition."""
-    from onnxopt.select.decompose import decomposition_kernels
 
     decomposition = next(k for k in decomposition_kernels() if k.name == f"decompose.{node.op_type}")
     _, rejected = legal_kernels(node, target, registry, model_opset=model_opset)
@@ -136,28 +137,25 @@ class _Tuner:
 
     def __init__(self, model: Model, options: OptimizeOptions, target: Target,
                  binding: Binding) -> None:
-        import onnxruntime
 
-        from onnxopt.select.tuning import TuningCache
 
         self.model, self.target, self.binding = model, target, binding
-        self.cache = TuningCache(options.tune_cache)
+        self.cache = tuning.TuningCache(options.tune_cache)
         self.ort_version = onnxruntime.__version__
         self.timed = 0
         self.measure_missing = options.tune  # a cache alone is read, never extended
 
     def times(self, node, legal: list[Kernel]):
         """(ms by kernel, failures, signature) for ``legal``, or None if it cannot be tuned."""
-        from onnxopt.select.tuning import cache_key, measure, signature
 
-        sig = signature(node, self.binding)
+        sig = tuning.signature(node, self.binding)
         if sig is None:
             return None
         switch = max(k.switch_seq for k in legal)
         long_seq = max(2 * switch, self.binding.default) if switch else 0
         if long_seq:  # a kernel that changes its plan with the length is timed on both sides
             sig = f"{sig}|and seq {long_seq}"
-        key = cache_key(sig, self.target, self.ort_version)
+        key = tuning.cache_key(sig, self.target, self.ort_version)
         entry = self.cache.get(key) or {"times_ms": {}, "failed": {}}
         missing = [k for k in legal if k.name not in entry["times_ms"]
                    and k.name not in entry["failed"]]
@@ -165,9 +163,9 @@ class _Tuner:
             return None
         if missing:
             # Time the whole candidate set together (interleaved), so numbers are comparable.
-            times, failed = measure(self.model, node, legal, self.target, self.binding)
+            times, failed = tuning.measure(self.model, node, legal, self.target, self.binding)
             if times and long_seq:
-                times, failed = _both_lengths(times, failed, *measure(
+                times, failed = _both_lengths(times, failed, *tuning.measure(
                     self.model, node, legal, self.target,
                     Binding.for_model(self.model, seq=long_seq)))
             if not times:  # the provider is not on this machine, or nothing ran: no decision

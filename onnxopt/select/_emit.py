@@ -9,6 +9,7 @@ import numpy as np
 from onnxopt.ir.dtypes import numpy_dtype
 from onnxopt.ir.node import Node
 from onnxopt.ir.value import Value
+from onnxopt.ops.attention import split_heads as split
 
 BNSH_TO_BSNH = (0, 2, 1, 3)
 
@@ -46,7 +47,6 @@ def merge_heads(b, x: Value, heads: int, head_size: int) -> Value:
 def split_heads(b, x: Value, heads: int, head_size: int) -> Value:
     """``[B, S, H*D]`` → ``[B, H, S, D]`` (the model usually merges them right back; the
     cleanup pass and ONNX Runtime cancel the Transpose pair)."""
-    from onnxopt.ops.attention import split_heads as split
 
     return split(b, x, heads, head_size)
 

@@ -11,9 +11,9 @@
 
 from __future__ import annotations
 
+from onnxopt.ir import symdim as sd
 from onnxopt.ir.node import Node
 from onnxopt.legality.target import Target
-from onnxopt.normalize import symdim as sd
 from onnxopt.select.kernel import BOTH_PROVIDERS, MS_DOMAIN, Kernel
 from onnxopt.select.registry import register_loader
 

@@ -35,9 +35,9 @@ from typing import Any
 import numpy as np
 from onnx import TensorProto
 
+from onnxopt.ir import symdim as sd
 from onnxopt.ir.node import Node
 from onnxopt.legality.target import Target
-from onnxopt.normalize import symdim as sd
 from onnxopt.select.kernel import Kernel
 from onnxopt.select.registry import register_loader
 

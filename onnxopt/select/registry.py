@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib
 
+from onnxopt.select.decompose import decomposition_kernels
 from onnxopt.select.kernel import Kernel
 
 # One kernel family per module; importing a module registers its loader.
@@ -21,7 +22,6 @@ _LOADERS: list = []
 
 
 def default_registry() -> list[Kernel]:
-    from onnxopt.select.decompose import decomposition_kernels
 
     for module in BUILTIN_BACKENDS:
         importlib.import_module(module)

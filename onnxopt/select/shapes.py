@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from onnxopt.ir import symdim as sd
 from onnxopt.ir.model import Model
-from onnxopt.normalize import symdim as sd
 
 DEFAULT_BATCH = 1
 DEFAULT_SEQ = 128

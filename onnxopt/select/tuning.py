@@ -28,6 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from onnxopt import evaluation
+from onnxopt.exporter import export_model
 from onnxopt.ir.builder import FUSED_DOMAIN, make_attr
 from onnxopt.ir.dtypes import numpy_dtype
 from onnxopt.ir.graph import Graph
@@ -36,6 +37,7 @@ from onnxopt.ir.node import Node
 from onnxopt.ir.value import Value
 from onnxopt.legality.target import Target
 from onnxopt.select._emit import BNSH_TO_BSNH, transposed_from
+from onnxopt.select.bind import bind
 from onnxopt.select.kernel import Kernel
 from onnxopt.select.shapes import Binding
 
@@ -156,7 +158,6 @@ def _merge_consumer(node: Node) -> Node | None:
 def micro_model(model: Model, node: Node, kernel: Kernel, target: Target,
                 binding: Binding) -> Model:
     """A model holding just ``node`` (bound to ``kernel``) at representative sizes."""
-    from onnxopt.select.bind import bind
 
     graph = Graph("tune")
     inputs: list[Value | None] = []
@@ -217,7 +218,6 @@ def _feeds(session, seed: int = 0) -> dict:
 def measure(model: Model, node: Node, kernels: list[Kernel], target: Target, binding: Binding,
             runs: int = DEFAULT_RUNS, budget_s: float = 2.0) -> tuple[dict[str, float], dict[str, str]]:
     """Median milliseconds of each kernel's micro-model, and the kernels that failed (why)."""
-    from onnxopt.exporter import export_model
 
     sessions, failed = {}, {}
     for k in kernels:

@@ -20,6 +20,7 @@ from onnx import ModelProto
 
 from onnxopt import evaluation
 from onnxopt.errors import ModelError, UnverifiedError, UsageError
+from onnxopt.importer.load import read_model_proto
 from onnxopt.verification.inputs import (
     LONG_SEQUENCE,
     LONGER_SIZES,
@@ -273,7 +274,6 @@ def _proto(model: str | ModelProto) -> ModelProto:
         return model
     if not os.path.exists(model):
         raise UsageError(f"{model}: no such file")
-    from onnxopt.importer.load import read_model_proto
 
     return read_model_proto(model)
 

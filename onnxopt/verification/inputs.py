@@ -14,6 +14,8 @@ import numpy as np
 import onnx
 from onnx import ModelProto
 
+from onnxopt.errors import UsageError
+from onnxopt.evaluation.sizes import padding_mask
 from onnxopt.ir.dtypes import dtype_name, numpy_dtype
 
 BATCH_SIZES = (1, 2)
@@ -98,19 +100,6 @@ def _random_tensor(name: str, dtype: str, shape: tuple[int, ...], bound: int | N
     raise ValueError(f"input {name}: cannot make random values of type {dtype}")
 
 
-def padding_mask(shape: tuple[int, ...]) -> np.ndarray:
-    """Ones with trailing zeros: row 0 loses its last 2 positions, later rows a third of theirs."""
-    mask = np.ones(shape, dtype=np.int64)
-    if len(shape) < 2 or shape[-1] < 3:
-        return mask
-    seq = shape[-1]
-    flat = mask.reshape(-1, seq)
-    for row in range(flat.shape[0]):
-        pad = 2 if row == 0 else max(1, seq // 3) + row - 1
-        flat[row, seq - min(pad, seq - 1):] = 0
-    return mask
-
-
 def _index_bounds(graph: onnx.GraphProto) -> dict[str, int]:
     """For each graph input that feeds a Gather's indices: the gathered table's size."""
     consumers: dict[str, list[onnx.NodeProto]] = {}
@@ -143,7 +132,6 @@ def _index_bounds(graph: onnx.GraphProto) -> dict[str, int]:
 
 def load_input_files(paths: list[str]) -> list[tuple[str, dict[str, np.ndarray]]]:
     """``--inputs FILE.npz`` (one input set per file, arrays named like the model's inputs)."""
-    from onnxopt.errors import UsageError
 
     sets = []
     for path in paths:
@@ -163,7 +151,6 @@ def load_input_files(paths: list[str]) -> list[tuple[str, dict[str, np.ndarray]]
 def parse_shapes(entries: list[str]) -> dict[str, tuple[int, ...]]:
     """``--shape NAME=DIMS`` entries: ``input_ids=1x128`` (or ``1,128``) pins an input's
     shape, ``seq=128`` a symbolic dimension."""
-    from onnxopt.errors import UsageError
 
     out: dict[str, tuple[int, ...]] = {}
     for entry in entries:

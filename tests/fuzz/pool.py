@@ -74,6 +74,15 @@ def _quiet(log_file: str) -> None:
     os.close(fd)
 
 
+def _warm_up(tmp: str) -> None:
+    """Optimize a one-node model once, so onnxopt's imports are not timed in the first case."""
+    import onnx.parser
+
+    model = onnx.parser.parse_model("""<ir_version: 8, opset_import: ["": 17]>
+        g (float[N, 4] x) => (float[N, 4] y) { y = Relu (x) }""")
+    harness.execute(Case("warm-up", model.SerializeToString(), "warm-up"), workdir=tmp)
+
+
 def worker_main(conn: Connection, mode: str, stack_file: str, timeout: float) -> None:
     """Loop: receive a recipe, build the case, run it, send phases and the outcome (with the
     case's bytes when it failed, or when the recipe says ``build_only``)."""
@@ -82,6 +91,8 @@ def worker_main(conn: Connection, mode: str, stack_file: str, timeout: float) ->
     _limit_worker(tmp)
     stacks = open(stack_file, "w")  # noqa: SIM115 - lives as long as the worker
     faulthandler.enable(stacks)
+    if mode == "inprocess":
+        _warm_up(tmp)
     while True:
         try:
             recipe = conn.recv()
@@ -147,6 +158,7 @@ class Pool:
         self.ctx = mp.get_context("spawn")
         self.tmp = tempfile.mkdtemp(prefix="fuzzpool_")
         self.workers: list[Worker] = []
+        self.retry: list[dict[str, Any]] = []
         self.started = 0
 
     def _spawn(self) -> Worker:
@@ -182,15 +194,18 @@ class Pool:
         self.close()
 
     def run(self, recipes: Iterable[dict[str, Any]]) -> Iterator[Outcome]:
+        """Yield an outcome per recipe. A case whose worker hangs or dies is run once more
+        in a fresh worker first, so that a load spike or a kill from outside is not
+        reported as onnxopt's hang or crash; the second attempt's outcome counts."""
         pending = iter(recipes)
         if not self.workers:
             self.workers = [self._spawn() for _ in range(self.jobs)]
         exhausted = False
         while True:
-            if not exhausted:
-                exhausted = self._assign(pending)
+            if not exhausted or self.retry:
+                exhausted = self._assign(pending) and not self.retry
             busy = [w for w in self.workers if w.recipe is not None]
-            if not busy and exhausted:
+            if not busy and exhausted and not self.retry:
                 return
             ready = wait([w.conn for w in busy], timeout=self._next_deadline(busy))
             for worker in busy:
@@ -205,7 +220,7 @@ class Pool:
             if worker.served >= self.recycle or not worker.process.is_alive():
                 self._kill(worker)
                 worker = self.workers[i] = self._spawn()
-            recipe = next(pending, None)
+            recipe = self.retry.pop() if self.retry else next(pending, None)
             if recipe is None:
                 return True
             worker.recipe, worker.phase = recipe, "send"
@@ -231,7 +246,7 @@ class Pool:
             try:
                 kind, payload = worker.conn.recv()
             except (EOFError, OSError):
-                return self._lost(worker, "crash")
+                return self._lost_or_retry(worker, "crash")
             if kind == "phase":
                 worker.phase, worker.phase_start = payload, time.perf_counter()
                 if payload == "onnxopt":
@@ -241,8 +256,16 @@ class Pool:
                 return payload
             readable = worker.conn.poll()
         if time.perf_counter() - worker.phase_start > self._limit(worker):
-            return self._lost(worker, "timeout")
+            return self._lost_or_retry(worker, "timeout")
         return None
+
+    def _lost_or_retry(self, worker: Worker, why: str) -> Outcome | None:
+        recipe = worker.recipe or {}
+        outcome = self._lost(worker, why)
+        if outcome.verdict in ("hang", "crash") and not recipe.get("retried"):
+            self.retry.append(dict(recipe, retried=True))
+            return None
+        return outcome
 
     def _lost(self, worker: Worker, why: str) -> Outcome:
         """The worker hung or died: kill it, replace it, and say what that case did."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from onnxopt import normalize
 from onnxopt.importer import import_model
-from onnxopt.normalize import symdim as sd
+from onnxopt.ir import symdim as sd
 from onnxopt.options import OptimizeOptions
 from onnxopt.pipeline import fuse_and_settle, run_pipeline
 from onnxopt.verification import verify_models

@@ -1,0 +1,22 @@
+"""What the commands share: the ``--debug`` option and writing a JSON report."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import click
+
+
+def debug_option(f):
+    return click.option("--debug", is_flag=True,
+                        help="Show tracebacks; verify the IR after every pass.")(f)
+
+
+def write_json(path: str, data: dict) -> None:
+    """Write ``data`` to ``path`` atomically (a temporary file, then a rename)."""
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "w") as f:
+        json.dump(data, f, indent=2, sort_keys=False, default=str)
+        f.write("\n")
+    os.replace(tmp, path)
