@@ -8,8 +8,7 @@ import click
 
 from onnxopt.cli import debug_option
 from onnxopt.errors import OnnxoptError, UsageError
-
-CUDA_DOMAIN = "ai.onnxopt.cuda"
+from onnxopt.runtime.cuda import DOMAIN as CUDA_DOMAIN
 
 
 class RunError(OnnxoptError):
