@@ -4,11 +4,18 @@
 #
 #     bash benchmarks/gpu_check.sh            # results in $OUT (default benchmarks/_work/gpu_check)
 #
-# 1. installs PyCUDA from the sdist in benchmarks/_wheels/ (offline; optional: only the PyCUDA
-#    interop test needs it, the kernels launch through the driver API without it);
-# 2. runs the GPU tests (pytest -m gpu tests/kernels tests/runtime) -> $OUT/pytest_gpu.txt;
-# 3. runs benchmarks/gpu_kernels.py -> $OUT/gpu_kernels.md and .json;
-# 4. runs benchmarks/gpu_e2e.py (optimized models through ORT on our kernels) -> $OUT/gpu_e2e.md.
+# 1. installs PyCUDA from the sdist in benchmarks/_wheels/ (offline; required: contexts, device
+#    attributes, device memory and compiling for uncovered architectures go through it);
+# 2. builds the shipped kernel images (onnxopt kernels --build: SASS sm_80/86/89/90 + PTX) and
+#    checks the device loads one without compiling -> $OUT/kernels_build.txt;
+# 3. runs the GPU tests (pytest -m gpu tests/kernels tests/runtime) -> $OUT/pytest_gpu.txt:
+#    every attention specialisation at two head sizes of its bucket (8..256) against float64
+#    for every mask kind (left/right padding, additive bias, causal, causal offset), fp16/bf16/
+#    fp32; norms and activations; ORT's CUDA provider on whole models (IO binding, CUDA graph);
+#    attention against PyTorch's SDPA (head sizes 32..256, with and without a bias);
+# 4. runs benchmarks/gpu_kernels.py -> $OUT/gpu_kernels.md and .json (attention vs SDPA,
+#    norms and activations vs copy bandwidth);
+# 5. runs benchmarks/gpu_e2e.py (optimized models through ORT on our kernels) -> $OUT/gpu_e2e.md.
 #
 # benchmarks/_wheels/ is filled once, on a machine with network access (cp312, x86-64 Linux):
 #     pip download --no-deps --no-binary pycuda pycuda -d benchmarks/_wheels
@@ -106,14 +113,27 @@ if ! "$PY" -c "import onnx, ml_dtypes, onnxruntime" 2>/dev/null; then
     "$PY" -c "import onnx, ml_dtypes, onnxruntime" || echo "onnx/ml_dtypes/onnxruntime missing: onnxopt cannot run here"
 fi
 
-# --- 2. GPU tests --------------------------------------------------------------------------------
+# --- 2. kernel images -----------------------------------------------------------------------------
+echo "# kernel images"
+"$PY" -c "import sys; from onnxopt.cli import main; sys.exit(main(['kernels', '--build']))" 2>&1 | tee "$OUT/kernels_build.txt"
+if ((PIPESTATUS[0])); then status=1; fi
+
+# --- 3. GPU tests --------------------------------------------------------------------------------
 # Without a usable device every GPU test would skip and this check would look green: fail loudly.
 if ! "$PY" -c "
 import sys
-from onnxopt.runtime.cuda import compiler, driver
-ok = driver.available() and compiler.find_nvcc() is not None
-print('device:', 'ok' if ok else 'NOT USABLE (no driver/device, or no nvcc)')
-sys.exit(0 if ok else 1)
+from onnxopt.runtime.cuda import images, loader, metadata
+from onnxopt.runtime.cuda_available import device_unavailable_reason
+reason = device_unavailable_reason()
+print('device:', 'ok' if reason is None else f'NOT USABLE ({reason})')
+if reason is None:
+    limits = loader.device_limits()
+    cc = limits.compute_capability
+    print('device limits:', limits)
+    for family in metadata.FAMILIES:
+        found = images.find(family, cc)
+        print(f'  {family}: loads', found.target if found else 'NOTHING SHIPPED (compiles)')
+sys.exit(0 if reason is None else 1)
 "; then
     status=1
 fi
@@ -125,14 +145,14 @@ if ((test_rc)); then status=1; fi
 quick=()
 [ "${QUICK:-0}" = 1 ] && quick=(--quick)
 
-# --- 3. benchmark ----------------------------------------------------------------------------------
+# --- 4. benchmark ----------------------------------------------------------------------------------
 if [ "${SKIP_BENCH:-0}" != 1 ]; then
     echo "# benchmark"
     "$PY" benchmarks/gpu_kernels.py --out "$OUT" ${quick[@]+"${quick[@]}"} 2>&1 | tee "$OUT/gpu_kernels.txt"
     if ((PIPESTATUS[0])); then status=1; fi
 fi
 
-# --- 4. end to end ---------------------------------------------------------------------------------
+# --- 5. end to end ---------------------------------------------------------------------------------
 if [ "${SKIP_E2E:-0}" != 1 ]; then
     echo "# end to end"
     "$PY" benchmarks/gpu_e2e.py --out "$OUT" ${quick[@]+"${quick[@]}"} 2>&1 | tee "$OUT/gpu_e2e.txt"

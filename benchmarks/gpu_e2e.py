@@ -139,23 +139,24 @@ def bf16_attention() -> onnx.ModelProto:
 
 def kernel_only(shape, stream_reps: int) -> dict:
     """The attention kernel alone on device buffers: ms per launch and TFLOP/s."""
-    from onnxopt.runtime.cuda import driver
+    from onnxopt.runtime.cuda import loader
+    from onnxopt.runtime.cuda import pycuda_backend as pyc
 
     b, h, hkv, sq, skv, d, causal, dtype = shape
     np_dtype = {"float16": np.float16, "bfloat16": np.uint16}[dtype]
     item = np.dtype(np_dtype).itemsize
     sizes = [b * h * sq * d, b * hkv * skv * d, b * hkv * skv * d, b * h * sq * d]
-    ptrs = [driver.mem_alloc(n * item) for n in sizes]
-    lens = driver.mem_alloc(4 * b)
-    lengths = np.full(b, skv, np.int32)
-    driver.memcpy_htod(lens, lengths.ctypes.data, lengths.nbytes)
-    for p, n in zip(ptrs, sizes):
-        driver.memset_d8(p, 0x3C if dtype == "float16" else 0x3F, n * item)  # ~1.0, finite
-    driver.synchronize()  # the copies and memsets above, before launches on another stream
-    stream = driver.stream_create()
-    t = [DeviceTensor(p, s, np.dtype(np_dtype)) for p, s in zip(ptrs, [
+    loader.ensure_context()
+    allocations = [pyc.mem_alloc(n * item) for n in sizes]
+    ends = pyc.mem_alloc(4 * b)
+    pyc.memcpy_htod(int(ends), np.full(b, skv, np.int32))
+    for a, n in zip(allocations, sizes):
+        pyc.memset_d8(int(a), 0x3C if dtype == "float16" else 0x3F, n * item)  # ~1.0, finite
+    pyc.synchronize()  # the copies and memsets above, before launches on another stream
+    stream = pyc.driver().Stream()
+    t = [DeviceTensor(int(a), s, np.dtype(np_dtype)) for a, s in zip(allocations, [
         (b, h, sq, d), (b, hkv, skv, d), (b, hkv, skv, d), (b, h, sq, d)])]
-    lens_t = DeviceTensor(lens, (b,), np.dtype(np.int32))
+    ends_t = DeviceTensor(int(ends), (b,), np.dtype(np.int32))
     q, k, v, o = t
     if dtype == "bfloat16":  # DeviceTensor's dtype names the kernel's dtype
         import ml_dtypes
@@ -163,25 +164,25 @@ def kernel_only(shape, stream_reps: int) -> dict:
         q, k, v, o = (DeviceTensor(x.ptr, x.shape, np.dtype(ml_dtypes.bfloat16)) for x in t)
 
     def launch():
-        attn_ops.attention_cuda(KernelContext(stream), q, k, v, lens_t, None, out=o,
-                                scale=d ** -0.5, causal=int(causal))
+        attn_ops.attention_cuda(KernelContext(stream.handle), q, k, v, None, None, ends_t,
+                                out=o, scale=d ** -0.5, causal=int(causal))
 
     try:
         launch()
-        driver.stream_synchronize(stream)
+        stream.synchronize()
         best = math.inf
         for _ in range(3):
             start = time.perf_counter()
             for _ in range(stream_reps):
                 launch()
-            driver.stream_synchronize(stream)
+            stream.synchronize()
             best = min(best, (time.perf_counter() - start) * 1e3 / stream_reps)
         flops = 4 * b * h * sq * skv * d * (0.5 if causal else 1.0)
         return {"kernel_only_ms": best, "kernel_tflops": flops / best / 1e9}
     finally:
-        driver.stream_destroy(stream)
-        for p in [*ptrs, lens]:
-            driver.mem_free(p)
+        stream.synchronize()
+        for a in [*allocations, ends]:
+            a.free()
 
 
 def run_case(case: dict, reps: int, staged) -> dict:
@@ -253,11 +254,12 @@ def main() -> int:
     if reason is not None:
         print(f"gpu_e2e: cannot run: {reason}", file=sys.stderr)
         return 1
-    from onnxopt.runtime.cuda import driver
+    from onnxopt.runtime.cuda import loader
 
+    limits = loader.device_limits()
     env = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-           "device": f"sm_{''.join(map(str, driver.compute_capability()))}, "
-                     f"{driver.multiprocessor_count()} SMs",
+           "device": f"sm_{''.join(map(str, limits.compute_capability))}, "
+                     f"{limits.sm_count} SMs, {limits.smem_optin // 1024} KiB smem/block",
            "ort": ort.__version__, "cuda_ep": cuda_available.available()}
     reps = 3 if args.quick else 10
     staged = staged_registry()

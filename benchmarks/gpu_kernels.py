@@ -4,7 +4,7 @@
 
 Attention: kernels/flash_attention.cu vs torch.nn.functional.scaled_dot_product_attention (its
 default dispatch, and forced to the FlashAttention-2 backend), B=4, H=16, S in {1024, 4096,
-16384}, D in {64, 128}, bf16 and fp16, causal and not. TFLOP/s counts 4*B*H*S*S*D, halved when
+16384}, D in {32, 64, 80, 96, 128, 256} ({64, 128} with --quick), bf16 and fp16, causal and not. TFLOP/s counts 4*B*H*S*S*D, halved when
 causal. Each row also gives our max |error| against SDPA's output, so a fast wrong kernel shows.
 
 Norms and activations: GB/s (bytes read + written once) against a device-to-device copy of the
@@ -93,7 +93,6 @@ def attention_case(q, k, v, o, causal: bool, dtype_name: str) -> dict:
             k.data_ptr(),
             v.data_ptr(),
             o.data_ptr(),
-            0,
             b,
             h,
             h,
@@ -144,7 +143,7 @@ def attention_rows(quick: bool) -> list[dict]:
     rows = []
     b, h = 4, 16
     for dtype_name, dtype in DTYPES.items():
-        for d in (64, 128):
+        for d in (64, 128) if quick else (32, 64, 80, 96, 128, 256):
             for s in (1024, 4096) if quick else (1024, 4096, 16384):
                 q, k, v = (torch.randn(b, h, s, d, device="cuda", dtype=dtype) for _ in range(3))
                 o = torch.empty_like(q)

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+import time
+from pathlib import Path
 
 import click
 from rich.table import Table
 
 from onnxopt.commands.report import console
 from onnxopt.errors import UsageError
+from onnxopt.runtime.cuda import compiler, images, metadata
 from onnxopt.select.registry import default_registry
 
 
@@ -17,10 +20,22 @@ from onnxopt.select.registry import default_registry
 @click.option("--target", type=click.Choice(["cpu", "cuda"]), default=None,
               help="Only kernels that can run on this target's execution provider.")
 @click.option("--json", "as_json", is_flag=True, help="Print the registry as JSON.")
-def kernels(ops: tuple[str, ...], target: str | None, as_json: bool) -> None:
+@click.option("--build", "build", is_flag=True,
+              help="Build the CUDA kernel images (SASS for sm_80/86/89/90, PTX for newer GPUs) "
+                   "with nvcc, so that no toolkit is needed where the model is served.")
+@click.option("--out", "out", type=click.Path(file_okay=False), default=None,
+              help="With --build: where to write the images (default: beside the kernel "
+                   "sources, where the loader looks).")
+@click.option("--jobs", type=click.IntRange(1), default=None,
+              help="With --build: nvcc processes at a time (default: the CPU count).")
+def kernels(ops: tuple[str, ...], target: str | None, as_json: bool, build: bool,
+            out: str | None, jobs: int | None) -> None:
     """List every kernel a fused op can be bound to: backend, execution providers, dtypes,
     what it needs (opset, ONNX Runtime version, other domains, compute capability) and what
-    it is."""
+    it is. With --build, build the CUDA kernels' shipped images instead."""
+    if build:
+        _build(out, jobs)
+        return
 
     registry = default_registry()
     known = sorted({k.implements for k in registry})
@@ -68,3 +83,21 @@ def _needs(k) -> str:
     if not k.deterministic:
         parts.append("relaxed determinism")
     return ", ".join(parts) or "-"
+
+
+def _build(out: str | None, jobs: int | None) -> None:
+    """Build every kernel image and print what ptxas reported (spills must be 0)."""
+    if compiler.find_nvcc() is None:
+        raise UsageError("--build needs nvcc: install the CUDA toolkit or set ONNXOPT_NVCC")
+    folder = Path(out) if out else images.image_dir()
+    start = time.perf_counter()
+    try:
+        built = compiler.build_images(metadata.kernels_dir(), folder, jobs=jobs)
+    except compiler.CompileError as error:
+        raise UsageError(str(error).splitlines()[0]) from None
+    images.clear_cache()
+    spills = sum(r.spill_stores + r.spill_loads for i in built for r in i.resources.values())
+    entries = sum(len(i.resources) for i in built)
+    click.echo(f"built {len(built)} images ({', '.join(compiler.TARGETS)}) into {folder} in "
+               f"{time.perf_counter() - start:.0f} s; {entries} entry points compiled to SASS, "
+               f"{spills} bytes of register spills")

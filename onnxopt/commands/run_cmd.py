@@ -13,9 +13,8 @@ from onnxopt.errors import OnnxoptError, UsageError
 from onnxopt.importer.load import read_model_proto
 from onnxopt.ir.dtypes import dtype_name, numpy_dtype
 from onnxopt.runtime import RuntimeUnavailable, cuda_available, session, used_ops
+from onnxopt.runtime.cuda import DOMAIN as CUDA_DOMAIN
 from onnxopt.verification.inputs import make_inputs
-
-CUDA_DOMAIN = "ai.onnxopt.cuda"
 
 
 class RunError(OnnxoptError):

@@ -3,14 +3,16 @@
 Legality checks and kernel selection read it; nothing else does. The device
 is probed, not trusted: onnxruntime-gpu lists ``CUDAExecutionProvider`` even
 on machines without a GPU, so ``cuda`` is the default only when a CUDA
-device really answers.
+device really answers. The probe and the shared-memory numbers are the CUDA
+runtime's (``onnxopt.runtime.cuda.probe`` and ``.devices``): one probe, one
+table of device limits for the whole project.
 """
 
 from __future__ import annotations
 
-import ctypes
-import functools
 from dataclasses import dataclass
+
+from onnxopt.runtime.cuda import probe
 
 
 @dataclass(frozen=True)
@@ -29,25 +31,11 @@ class Target:
         return "CUDAExecutionProvider" if self.device == "cuda" else "CPUExecutionProvider"
 
 
-@functools.lru_cache(maxsize=1)
 def cuda_device() -> tuple[int, int] | None:
-    """Compute capability of CUDA device 0, or None when no device answers."""
-    for name in ("libcuda.so.1", "libcuda.so"):
-        try:
-            lib = ctypes.CDLL(name)
-        except OSError:
-            continue
-        if lib.cuInit(0) != 0:
-            return None
-        count = ctypes.c_int()
-        if lib.cuDeviceGetCount(ctypes.byref(count)) != 0 or count.value < 1:
-            return None
-        major, minor = ctypes.c_int(), ctypes.c_int()
-        if lib.cuDeviceGetAttribute(ctypes.byref(major), 75, 0) != 0:  # COMPUTE_CAPABILITY_MAJOR
-            return None
-        lib.cuDeviceGetAttribute(ctypes.byref(minor), 76, 0)
-        return (major.value, minor.value)
-    return None
+    """Compute capability of the default CUDA device, or None when no device answers."""
+
+    limits = probe.device()
+    return None if limits is None else limits.compute_capability
 
 
 def installed_ort_version() -> tuple[int, int]:
@@ -62,8 +50,14 @@ def installed_ort_version() -> tuple[int, int]:
 
 def make_target(device: str | None = None, *, determinism: str = "relaxed",
                 ort_version: str | None = None, opset: int | None = None) -> Target:
-    """Build the target from user options, probing the machine for what was left open."""
-    cc = cuda_device()
+    """Build the target from user options, probing the machine for what was left open.
+
+    A CUDA target on a machine whose GPU answers takes that GPU's capability and per-block
+    shared memory; without one (optimizing for another machine) the capability is 8.0 and
+    the shared memory is left 0, which selection reads as "any GPU the kernels run on"."""
+
+    limits = probe.device()
+    cc = None if limits is None else limits.compute_capability
     if device is None:
         device = "cuda" if cc is not None else "cpu"
     if ort_version:
@@ -75,8 +69,7 @@ def make_target(device: str | None = None, *, determinism: str = "relaxed",
         device=device,
         compute_capability=cc or ((8, 0) if device == "cuda" else (0, 0)),
         determinism=determinism,
-        shared_memory_bytes=(227 * 1024 if (cc or (0, 0)) >= (9, 0) else 163 * 1024)
-        if device == "cuda" else 0,
+        shared_memory_bytes=limits.smem_optin if device == "cuda" and limits is not None else 0,
         ort_version=ort,
         opset=opset or 21,
     )

@@ -4,10 +4,12 @@
 
 1. this onnxruntime build has ``CUDAExecutionProvider`` (ORT hands CUDA kernels device
    pointers and its compute stream only there);
-2. the CUDA driver library loads and sees at least one device (the kernels launch through
-   the driver API, ``onnxopt.runtime.cuda.driver``; PyCUDA is *not* needed);
-3. nvcc is found (the kernels are compiled for the device's architecture at first use and
-   cached on disk).
+2. a CUDA device answers the device probe (``onnxopt.runtime.cuda.probe``, the one probe the
+   optimizer's target uses too);
+3. PyCUDA is installed and initialises (the ``[cuda]`` extra: contexts, device attributes and
+   compiling for an architecture the shipped images do not cover);
+4. the device can load a kernel image: one is shipped for its compute capability (no toolkit
+   needed), or nvcc is there to compile one.
 
 The onnxruntime-gpu wheel lists CUDAExecutionProvider even on machines with no driver, so
 the provider list alone does not answer.
@@ -30,21 +32,23 @@ def unavailable_reason() -> str | None:
 
 @functools.lru_cache(maxsize=1)
 def device_unavailable_reason() -> str | None:
-    """None when our kernels can be compiled and launched here (driver, device, nvcc),
-    whatever ORT's build; else a short reason. The staged path of ``onnxopt run`` needs only
-    this."""
-    from onnxopt.runtime.cuda import compiler, driver
+    """None when our kernels can be loaded and launched here (device, PyCUDA, an image or
+    nvcc), whatever ORT's build; else a short reason. The staged path of ``onnxopt run``
+    needs only this."""
+    from onnxopt.runtime.cuda import compiler, images, metadata, probe, pycuda_backend
 
-    try:
-        driver._init()
-    except driver.CudaUnavailable as error:
-        return str(error)
-    except (driver.CudaError, OSError) as error:
-        return f"the CUDA driver cannot be initialised ({error})"
-    if not driver.available():
-        return "no CUDA device is visible"
-    if compiler.find_nvcc() is None:
-        return "nvcc was not found (the kernels compile at first use; set ONNXOPT_NVCC or CUDA_HOME)"
+    limits = probe.device()
+    if limits is None:
+        return probe.reason()
+    missing = pycuda_backend.available()
+    if missing is not None:
+        return missing
+    uncovered = [f for f in metadata.FAMILIES if images.find(f, limits.compute_capability) is None]
+    if uncovered and compiler.find_nvcc() is None:
+        cc = limits.compute_capability
+        return (f"no shipped kernel image covers compute capability {cc[0]}.{cc[1]} "
+                f"({', '.join(uncovered)}) and nvcc was not found to compile one "
+                "(run `onnxopt kernels --build`, or set ONNXOPT_NVCC or CUDA_HOME)")
     return None
 
 

@@ -53,7 +53,6 @@ class Kernel:
     min_ort: tuple[int, int] = (0, 0)
     min_compute_capability: tuple[int, int] = (0, 0)
     head_dims: frozenset[int] | None = None
-    mask_kinds: frozenset[str] | None = None
     causal: bool = True
     grouped_query: bool = True
     deterministic: bool = True
@@ -92,8 +91,6 @@ class Kernel:
             hd = node.attr("head_size", 0)
             if hd not in self.head_dims:
                 return f"head size {hd} not in {sorted(self.head_dims)}"
-        if self.mask_kinds is not None and node.attr("mask_kind", "none") not in self.mask_kinds:
-            return f"does not support mask kind '{node.attr('mask_kind')}'"
         if not self.causal and node.attr("causal", 0):
             return "does not support causal masking"
         if not self.grouped_query and node.attr("kv_num_heads", 0) not in (0, node.attr("num_heads", 0)):
@@ -114,7 +111,6 @@ class Kernel:
             "min_ort": ".".join(map(str, self.min_ort)),
             "min_compute_capability": ".".join(map(str, self.min_compute_capability)),
             "head_dims": sorted(self.head_dims) if self.head_dims else None,
-            "mask_kinds": sorted(self.mask_kinds) if self.mask_kinds else None,
             "causal": self.causal, "grouped_query": self.grouped_query,
             "deterministic": self.deterministic, "cost": self.cost,
             "switch_seq": self.switch_seq, "notes": self.notes,

@@ -1,10 +1,11 @@
 """Kernel records for onnxopt's own CUDA kernels (backend "pycuda") and their emitters.
 
-Capabilities come from the launch metadata beside each source (``kernels/*.json``): dtypes,
-head dims, minimum compute capability, shared memory as a formula of the tile, determinism.
-Each emitter replaces a fused node by a node of domain ``ai.onnxopt.cuda`` (declared with a
-CPU and a CUDA kernel in ``onnxopt.runtime.ops``) that names the kernel's template
-specialisation in its attributes.
+The records are generated from the kernels' declarations (``kernels/*.json``, "records"):
+name, fused op, custom op, cost and notes, with dtypes, minimum compute capability and
+determinism read from the same file's specialisations. What is specific to an op (mask
+shapes, head sizes, residual shapes) is checked by the ``requires`` functions below, and
+each emitter replaces a fused node by a node of domain ``ai.onnxopt.cuda`` (declared with a
+CPU and a CUDA kernel in ``onnxopt.runtime.ops``).
 
 | record | fused op | dtypes | custom op |
 |---|---|---|---|
@@ -15,20 +16,24 @@ specialisation in its attributes.
 | pycuda.bias_gelu | GeluFused | float16, bfloat16, float32 | BiasGelu |
 | pycuda.swiglu | SwiGLUFused | float16, bfloat16, float32 | SwiGLU |
 
-All run only on ``CUDAExecutionProvider`` with compute capability 8.0 or more, and all are
-deterministic (one block owns each output element; no atomics, fixed reduction order), so
-``determinism="strict"`` does not reject them.
+Portable models: an emitted node records the kernel family (its op type) and the model's facts
+(scale, causal, epsilon, the mask as ranges and a bias) and nothing about the device: the
+tile and vector width are chosen at load time from the GPU's real limits. Selection checks
+that *some* tile fits every GPU the kernel runs on (the smallest per-block shared memory of
+the device table), or the target's own limit when it states one.
 
-Key padding: the attention kernel takes one valid-key count per batch row, not a mask. The
-emitter computes ``kv_lens = ReduceSum(Cast(Cast(key_padding_mask, bool), int32), axis 1)``,
-which equals the mask only for *right-padded* rows (kept keys, then padding). That cannot be
-proved from the graph, so the node also receives the mask itself and its kernels check every
-call, raising on a left-padded row or a hole (``onnxopt.runtime.ops.right_padded_lengths``).
+Masks: attention takes per-row key ranges (left and right padding), a broadcastable additive
+bias and causal masking, so every mask kind the attention rule proves (none, causal,
+key_padding, causal+key_padding, additive) runs. Key padding becomes ``kv_start``/``kv_end``
+(first kept key, last kept key + 1; tiles outside are skipped) plus the padding as a
+``[B, 1, 1, Skv]`` bias of ``0``/``-inf`` (exact even for a mask with holes); any other mask
+is passed as the bias itself.
 """
 
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,27 +41,27 @@ import numpy as np
 from onnx import TensorProto
 
 from onnxopt.ir import symdim as sd
+from onnxopt.ir.dtypes import numpy_dtype
 from onnxopt.ir.node import Node
 from onnxopt.legality.target import Target
+from onnxopt.runtime.cuda import DOMAIN, OPSET, attention, devices, metadata, norms
 from onnxopt.select.kernel import Kernel
 from onnxopt.select.registry import register_loader
 
-DOMAIN = "ai.onnxopt.cuda"
-OPSET = 1
 CUDA_ONLY = frozenset({"CUDAExecutionProvider"})
-ATTENTION_MASKS = frozenset({"none", "causal", "key_padding", "causal+key_padding"})
-
-# Shared memory one block may opt into, by compute capability, for targets that do not say.
-OPTIN_SHARED_MEMORY = {(8, 0): 163 * 1024, (8, 7): 163 * 1024, (9, 0): 227 * 1024,
-                       (10, 0): 227 * 1024}
-OTHER_SHARED_MEMORY = 99 * 1024  # sm_86, sm_89, sm_120: the consumer parts
+ATTENTION_MASKS = frozenset({"none", "causal", "key_padding", "causal+key_padding", "additive"})
+_ONNX_TYPE = {"float32": TensorProto.FLOAT, "float16": TensorProto.FLOAT16,
+              "bfloat16": TensorProto.BFLOAT16}
 
 
 def shared_memory_limit(target: Target) -> int:
-    """The target's per-block shared memory, or the architecture's opt-in limit if unset."""
+    """The per-block shared memory a kernel may rely on: the target's own limit when it states
+    one, else the smallest any GPU of compute capability 8.0 or newer allows (the model may
+    run on any of them)."""
     if target.shared_memory_bytes:
         return target.shared_memory_bytes
-    return OPTIN_SHARED_MEMORY.get(tuple(target.compute_capability), OTHER_SHARED_MEMORY)
+
+    return devices.portable_smem_limit((8, 0))
 
 
 @dataclass(frozen=True)
@@ -81,7 +86,6 @@ class PyCudaKernel(Kernel):
 
 @functools.cache
 def _meta(family: str) -> dict[str, Any]:
-    from onnxopt.runtime.cuda import metadata
 
     return metadata.load(family)
 
@@ -90,20 +94,12 @@ def _variants(family: str, **match: Any) -> list[dict[str, Any]]:
     return [v for v in _meta(family)["variants"] if all(v.get(k) == x for k, x in match.items())]
 
 
-def attention_variant(dtype: str, head_size: int, limit: int) -> tuple[dict | None, int, tuple]:
-    """(widest tile variant that fits ``limit`` bytes or None, its or the smallest tile's
-    shared memory, that tile as (BM, BN))."""
-    from onnxopt.runtime.cuda import metadata
+def smallest_attention_tile(dtype: str, head_size: int) -> tuple[int, tuple[int, int]]:
+    """(shared memory, (BM, BN)) of the smallest tile that takes ``head_size``: what must fit
+    for the kernel to run at all; the load-time choice takes a larger one where it fits."""
 
-    options = sorted(_variants("flash_attention", dtype=dtype, head_dim=head_size),
-                     key=lambda v: (-v["BM"], -v["BN"]))
-    need = 0
-    tile: tuple = ()
-    for v in options:
-        need, tile = metadata.smem_bytes("flash_attention", v), (v["BM"], v["BN"])
-        if need <= limit:
-            return v, need, tile
-    return None, need, tile
+    v = attention.bucket(dtype, head_size)[-1]
+    return metadata.smem_bytes("flash_attention", v), (v["BM"], v["BN"])
 
 
 # --- shared checks -------------------------------------------------------------------------------
@@ -140,29 +136,34 @@ def _static_last(node: Node) -> int | None:
 
 
 def _attention_requires(node: Node, target: Target) -> str | None:
+
     q, _k, v = node.inputs[:3]
     layout = node.attr("layout", "BNSH")
     if layout != "BNSH":
         return f"takes the BNSH layout, the node's is {layout}"
     kind = node.attr("mask_kind", "none")
     if kind not in ATTENTION_MASKS:
-        return "our kernel takes key padding as lengths, not an additive mask"
-    padding = node.input(4)
+        return f"does not know the mask kind '{kind}'"
+    padding, mask = node.input(4), node.input(3)
     if "key_padding" in kind:
         if padding is None:
             return "the mask is key padding, but the node does not name its padding input"
         if padding.shape is not None and len(padding.shape) != 2:
             return f"%{padding.name}: the key padding mask has rank {len(padding.shape)}, not 2"
+    elif kind == "additive" and (mask is None or mask.shape is None or len(mask.shape) > 4):
+        return "the additive mask's shape is unknown or above rank 4"
     if q.rank not in (3, 4):
         return f"%{q.name}: Q has rank {q.rank}; the kernel takes rank 4 (BNSH) or 3"
     head = node.attr("head_size", 0)
+    if (reason := attention.head_size_reason(q.dtype, head)):
+        return reason
     dv = v.shape[-1] if v.shape else None
     if dv != head:
         return (f"%{v.name}: V's head size {dv} differs from Q's {head}; the kernel needs one "
                 "head size")
     limit = shared_memory_limit(target)
-    variant, need, tile = attention_variant(q.dtype, head, limit)
-    if variant is None:
+    need, tile = smallest_attention_tile(q.dtype, head)
+    if need > limit:
         return (f"needs {need} bytes of shared memory per block even with its smallest tile "
                 f"({tile[0]}x{tile[1]}), the target allows {limit}")
     return None
@@ -171,30 +172,69 @@ def _attention_requires(node: Node, target: Target) -> str | None:
 def _emit_attention(b, node: Node, target: Target) -> list:
     q, k, v = node.inputs[:3]
     kind = node.attr("mask_kind", "none")
-    variant, _, _ = attention_variant(q.dtype, node.attr("head_size", 0),
-                                      shared_memory_limit(target))
-    inputs = [q, k, v]
+    bias = kv_start = kv_end = None
     if "key_padding" in kind:
-        mask = node.input(4)
-        inputs += [_lengths(b, mask), mask]
-    out = b.op("FlashAttention", *inputs, domain=DOMAIN, kernel=variant["entry"],
-               tile_m=variant["BM"], tile_n=variant["BN"], warps=variant["WARPS"],
+        padding = node.input(4)
+        keep = _keep(b, padding)
+        kv_start, kv_end = _key_range(b, keep, padding.shape)
+        bias = _padding_bias(b, keep, q.dtype, padding.shape)
+    elif kind == "additive":
+        bias = _as_dtype(b, node.input(3), q.dtype)
+    out = b.op("FlashAttention", q, k, v, bias, kv_start, kv_end, domain=DOMAIN,
                scale=float(node.attr("scale", 1.0)), causal=int(node.attr("causal", 0)))
     return [out]
 
 
-def _lengths(b, mask):
-    """int32 [B]: the number of nonzero entries in each row of the [B, Skv] padding mask."""
-    keep = mask if mask.dtype == "bool" else _typed(b.op("Cast", mask, to=TensorProto.BOOL),
-                                                    "bool", mask.shape)
-    ints = _typed(b.op("Cast", keep, to=TensorProto.INT32), "int32", mask.shape)
-    batch = (mask.shape[0],) if mask.shape else None
+def _keep(b, mask):
+    """bool [B, Skv]: the padding mask's nonzero entries (keys to keep)."""
+    if mask.dtype == "bool":
+        return mask
+    return _typed(b.op("Cast", mask, to=TensorProto.BOOL), "bool", mask.shape)
+
+
+def _key_range(b, keep, shape):
+    """int32 [B] each: the first kept key, and the last kept key + 1 (0, 0 for a row that
+    keeps none). Left and right padding alike; a hole inside stays in the range (the padding
+    bias masks it)."""
+    batch = (shape[0],) if shape else None
+    ints = _typed(b.op("Cast", keep, to=TensorProto.INT32), "int32", shape)
+    first = b.op("ArgMax", ints, axis=1, keepdims=0)  # first maximum: the first kept key
+    start = _typed(b.op("Cast", _typed(first, "int64", batch), to=TensorProto.INT32), "int32",
+                   batch)
+    zeros = _typed(b.op("Sub", ints, ints), "int32", shape)
+    ones = _typed(b.op("Add", zeros, b.const(np.array(1, np.int32), "one")), "int32", shape)
+    positions = _typed(b.op("CumSum", ones, b.const(np.array(1, np.int32), "axis")), "int32",
+                       shape)  # 1 .. Skv in every row
+    kept_positions = _typed(b.op("Mul", ints, positions), "int32", shape)
+    end = _reduce_max(b, kept_positions)
+    return start, _typed(end, "int32", batch)
+
+
+def _reduce_max(b, x):
+    if int(getattr(b, "opset", 0) or 18) >= 18:
+        return b.op("ReduceMax", x, b.const(np.array([1], np.int64), "axes"), keepdims=0)
+    return b.op("ReduceMax", x, axes=[1], keepdims=0)
+
+
+def _padding_bias(b, keep, dtype: str, shape):
+    """[B, 1, 1, Skv] of dtype: 0 where a key is kept, -inf where it is padding."""
+
+    np_dtype = numpy_dtype(dtype)
+    zero = b.const(np.array(0, np_dtype), "zero")
+    minus_inf = b.const(np.array(-np.inf, np_dtype), "minus_inf")
+    flat = _typed(b.op("Where", keep, zero, minus_inf), dtype, shape)
+    full = (shape[0], 1, 1, shape[1]) if shape else None
     if int(getattr(b, "opset", 0) or 13) >= 13:
-        axes = b.const(np.array([1], np.int64), "axes")
-        lens = b.op("ReduceSum", ints, axes, keepdims=0)
+        out = b.op("Unsqueeze", flat, b.const(np.array([1, 2], np.int64), "axes"))
     else:
-        lens = b.op("ReduceSum", ints, axes=[1], keepdims=0)
-    return _typed(lens, "int32", batch)
+        out = b.op("Unsqueeze", flat, axes=[1, 2])
+    return _typed(out, dtype, full)
+
+
+def _as_dtype(b, value, dtype: str):
+    if value.dtype == dtype:
+        return value
+    return _typed(b.op("Cast", value, to=_ONNX_TYPE[dtype]), dtype, value.shape)
 
 
 def _typed(value, dtype: str, shape):
@@ -213,13 +253,13 @@ def _norm_residual(node: Node):
     return node.input(_RESIDUAL[node.op_type]) if node.attr("has_residual", 0) else None
 
 
-def _norm_variant(dtype: str, hidden: int) -> tuple[dict | None, str]:
-    from onnxopt.runtime.cuda import norms
+def _norm_reason(dtype: str, hidden: int) -> str:
 
     try:
-        return norms.select_variant(dtype, hidden)[0], ""
+        norms.select_variant(dtype, hidden)
     except ValueError as error:
-        return None, str(error)
+        return str(error)
+    return ""
 
 
 def _norm_requires(node: Node, target: Target) -> str | None:
@@ -242,21 +282,18 @@ def _norm_requires(node: Node, target: Target) -> str | None:
     hidden = _static_last(node)
     if hidden is None:
         return f"%{x.name}: the hidden size is not static"
-    _variant, reason = _norm_variant(x.dtype, hidden)
-    return reason or None
+    return _norm_reason(x.dtype, hidden) or None
 
 
 def _emit_norm(op: str):
     def emit(b, node: Node, target: Target) -> list:
         x = node.inputs[0]
-        variant, _ = _norm_variant(x.dtype, _static_last(node))
         residual = _norm_residual(node)
         params = [node.input(1)] + ([node.input(2)] if op == "LayerNorm" else []) + [residual]
         inputs = _trim([x, *params])
         count = len(node.outputs)
         outs = b.op(op, *inputs, domain=DOMAIN, outputs=count,
-                    epsilon=float(node.attr("epsilon", 1e-5 if op == "LayerNorm" else 1e-6)),
-                    kernel=variant["entry"])
+                    epsilon=float(node.attr("epsilon", 1e-5 if op == "LayerNorm" else 1e-6)))
         return list(outs) if count > 1 else [outs]
 
     return emit
@@ -269,15 +306,6 @@ def _trim(inputs: list) -> list:
 
 
 # --- activations ---------------------------------------------------------------------------------
-
-
-def _activation_entry(op: str, dtype: str, cols: int | None) -> str:
-    """The widest vector variant ``cols`` allows ("" when cols is not static: chosen at launch)."""
-    from onnxopt.runtime.cuda import activations
-
-    if cols is None:
-        return ""
-    return activations.select_variant(op, dtype, cols)["entry"]
 
 
 def _gelu_requires(node: Node, target: Target) -> str | None:
@@ -299,8 +327,7 @@ def _gelu_requires(node: Node, target: Target) -> str | None:
 def _emit_gelu(b, node: Node, target: Target) -> list:
     x = node.inputs[0]
     out = b.op("BiasGelu", *_trim([x, node.input(1)]), domain=DOMAIN,
-               approximate=node.attr("approximate", "none"),
-               kernel=_activation_entry("gelu", x.dtype, _static_last(node)))
+               approximate=node.attr("approximate", "none"))
     return [out]
 
 
@@ -316,16 +343,25 @@ def _swiglu_requires(node: Node, target: Target) -> str | None:
 
 def _emit_swiglu(b, node: Node, target: Target) -> list:
     gate, up = node.inputs[:2]
-    out = b.op("SwiGLU", gate, up, domain=DOMAIN,
-               kernel=_activation_entry("swiglu", gate.dtype, _static_last(node)))
-    return [out]
+    return [b.op("SwiGLU", gate, up, domain=DOMAIN)]
 
 
 # --- the records ---------------------------------------------------------------------------------
 
+Hook = tuple[Callable[[Node, Target], str | None], Callable[..., list]]
+# What is specific to each custom op: its legality check and its emitter. Everything else about
+# a record comes from the kernel's declaration.
+HOOKS: dict[str, Hook] = {
+    "FlashAttention": (_attention_requires, _emit_attention),
+    "LayerNorm": (_norm_requires, _emit_norm("LayerNorm")),
+    "RMSNorm": (_norm_requires, _emit_norm("RMSNorm")),
+    "BiasGelu": (_gelu_requires, _emit_gelu),
+    "SwiGLU": (_swiglu_requires, _emit_swiglu),
+}
+
 
 def pycuda_kernels() -> list[Kernel]:
-    """The records, built from the kernels' JSON metadata (if it cannot be read, records
+    """The records, built from the kernels' declarations (if they cannot be read, records
     that refuse with the reason, so that selection still works and says why)."""
     try:
         return _records()
@@ -341,69 +377,27 @@ def pycuda_kernels() -> list[Kernel]:
 
 
 def _records() -> list[Kernel]:
-    attention = _meta("flash_attention")
-    tc_dims = frozenset(v["head_dim"] for v in _variants("flash_attention", kind="tc"))
-    simt_dims = frozenset(v["head_dim"] for v in _variants("flash_attention", kind="simt"))
-    common = {"backend": "pycuda", "providers": CUDA_ONLY, "opsets": {DOMAIN: OPSET}}
 
-    def cc(family: str, kind: str | None = None) -> tuple[int, int]:
+    records = []
+    for family in metadata.FAMILIES:
         meta = _meta(family)
-        value = meta["kinds"][kind]["min_compute_capability"] if kind else meta[
-            "min_compute_capability"]
-        return tuple(value)
-
-    def dtypes(family: str, **match: Any) -> frozenset[str]:
-        return frozenset(v["dtype"] for v in _variants(family, **match))
-
-    return [
-        PyCudaKernel(
-            name="pycuda.flash_attention", implements="AttentionFused", emit=_emit_attention,
-            dtypes=dtypes("flash_attention", kind="tc"),
-            min_compute_capability=cc("flash_attention", "tc"), head_dims=tc_dims,
-            grouped_query=bool(attention["gqa"]), causal=True,
-            deterministic=bool(attention["deterministic"]), cost=0.4,
-            requires=_attention_requires, family="flash_attention", op="FlashAttention",
-            supported_masks=ATTENTION_MASKS,
-            notes="FlashAttention-2 forward on tensor cores (mma.sync, fp32 accumulation); "
-                  "key padding as per-row lengths (right padding, checked per call); "
-                  "shared memory (BM + 4*BN)*(D + 8)*2 bytes per block",
-            **common),
-        PyCudaKernel(
-            name="pycuda.flash_attention_f32", implements="AttentionFused",
-            emit=_emit_attention, dtypes=dtypes("flash_attention", kind="simt"),
-            min_compute_capability=cc("flash_attention", "simt"), head_dims=simt_dims,
-            grouped_query=bool(attention["gqa"]), causal=True,
-            deterministic=bool(attention["deterministic"]), cost=0.9,
-            requires=_attention_requires, family="flash_attention", op="FlashAttention",
-            supported_masks=ATTENTION_MASKS,
-            notes="float32 tiled attention on CUDA cores (streaming softmax); ranked below "
-                  "ONNX Runtime's own float32 attention",
-            **common),
-        PyCudaKernel(
-            name="pycuda.layer_norm", implements="LayerNormFused", emit=_emit_norm("LayerNorm"),
-            dtypes=dtypes("layer_norm"), min_compute_capability=cc("layer_norm"),
-            deterministic=bool(_meta("layer_norm")["deterministic"]), cost=0.45,
-            requires=_norm_requires, family="layer_norm", op="LayerNorm",
-            notes="one pass, vectorised, residual add and sum output folded in", **common),
-        PyCudaKernel(
-            name="pycuda.rms_norm", implements="RMSNormFused", emit=_emit_norm("RMSNorm"),
-            dtypes=dtypes("layer_norm"), min_compute_capability=cc("layer_norm"),
-            deterministic=bool(_meta("layer_norm")["deterministic"]), cost=0.45,
-            requires=_norm_requires, family="layer_norm", op="RMSNorm",
-            notes="one pass, vectorised, residual add and sum output folded in", **common),
-        PyCudaKernel(
-            name="pycuda.bias_gelu", implements="GeluFused", emit=_emit_gelu,
-            dtypes=dtypes("activations", op="gelu"), min_compute_capability=cc("activations"),
-            deterministic=bool(_meta("activations")["deterministic"]), cost=0.5,
-            requires=_gelu_requires, family="activations", op="BiasGelu",
-            notes="bias + GELU (erf or tanh), vectorised grid-stride", **common),
-        PyCudaKernel(
-            name="pycuda.swiglu", implements="SwiGLUFused", emit=_emit_swiglu,
-            dtypes=dtypes("activations", op="swiglu"), min_compute_capability=cc("activations"),
-            deterministic=bool(_meta("activations")["deterministic"]), cost=0.5,
-            requires=_swiglu_requires, family="activations", op="SwiGLU",
-            notes="silu(gate) * up, vectorised grid-stride", **common),
-    ]
+        for rec in meta["records"]:
+            match = {k: rec[k] for k in ("kind",) if k in rec}
+            if "variant_op" in rec:
+                match["op"] = rec["variant_op"]
+            variants = _variants(family, **match)
+            requires, emit = HOOKS[rec["op"]]
+            records.append(PyCudaKernel(
+                name=rec["name"], implements=rec["implements"], backend="pycuda", emit=emit,
+                dtypes=frozenset(v["dtype"] for v in variants),
+                min_compute_capability=max(metadata.min_compute_capability(family, v)
+                                           for v in variants),
+                grouped_query=bool(meta.get("gqa", True)), causal=True,
+                deterministic=bool(meta["deterministic"]), cost=float(rec["cost"]),
+                requires=requires, family=family, op=rec["op"],
+                supported_masks=ATTENTION_MASKS if rec["op"] == "FlashAttention" else None,
+                notes=rec["notes"], providers=CUDA_ONLY, opsets={DOMAIN: OPSET}))
+    return records
 
 
 register_loader(pycuda_kernels)

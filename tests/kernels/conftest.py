@@ -1,7 +1,7 @@
-"""GPU tests here are marked ``gpu`` and skipped, with the reason, where there is no CUDA driver,
-no device or no nvcc. They need neither PyCUDA nor PyTorch: memory and launches go through the
-driver API (onnxopt.runtime.cuda.driver); the interop tests that use those libraries skip on
-their own when the library is missing."""
+"""GPU tests here are marked ``gpu`` and skipped, with the reason, where onnxopt's CUDA kernels
+cannot run (no device, no PyCUDA, no kernel image for the device and no nvcc to build one).
+Device memory comes from PyCUDA (``pycuda_backend``); launches go through the launch wrappers
+(``cuLaunchKernel``); the interop tests that use PyTorch skip on their own without it."""
 
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ from typing import ClassVar
 import numpy as np
 import pytest
 
-from onnxopt.runtime.cuda import compiler, driver
+from onnxopt.runtime.cuda import loader
+from onnxopt.runtime.cuda import pycuda_backend as pyc
 from onnxopt.runtime.cuda.reference import bfloat16_bits, from_bfloat16_bits
 
 HERE = Path(__file__).parent
@@ -21,11 +22,9 @@ GUARD = 256  # poisoned bytes after every output buffer, checked after each laun
 
 @functools.lru_cache(maxsize=1)
 def gpu_skip_reason() -> str | None:
-    if compiler.find_nvcc() is None:
-        return "nvcc not found"
-    if not driver.available():
-        return "no CUDA driver or no CUDA device"
-    return None
+    from onnxopt.runtime.cuda_available import device_unavailable_reason
+
+    return device_unavailable_reason()
 
 
 def pytest_collection_modifyitems(config, items):
@@ -60,27 +59,32 @@ class Device:
         return x.astype(np.float64)
 
     def __init__(self) -> None:
-        driver.ensure_context()
-        self._ptrs: list[int] = []
+        loader.ensure_context()
+        self._allocations: list = []
+
+    def _alloc(self, nbytes: int) -> int:
+        allocation = pyc.mem_alloc(nbytes)
+        self._allocations.append(allocation)
+        return int(allocation)
 
     def upload(self, host: np.ndarray, *, offset: int = 0) -> int:
         """Copy ``host`` to a new buffer at byte ``offset`` (to make misaligned pointers)."""
         host = np.ascontiguousarray(host)
-        base = driver.mem_alloc(host.nbytes + offset + GUARD)
-        self._ptrs.append(base)
-        driver.memcpy_htod(base + offset, host.ctypes.data, host.nbytes)
+        base = self._alloc(host.nbytes + offset + GUARD)
+        if host.nbytes:
+            pyc.memcpy_htod(base + offset, host)
         return base + offset
 
     def poisoned(self, nbytes: int, *, offset: int = 0) -> int:
         """A buffer of ``nbytes`` + guard, every byte 0xFF (NaN in fp32, fp16 and bf16)."""
-        base = driver.mem_alloc(nbytes + offset + GUARD)
-        self._ptrs.append(base)
-        driver.memset_d8(base, 0xFF, nbytes + offset + GUARD)
+        base = self._alloc(nbytes + offset + GUARD)
+        pyc.memset_d8(base, 0xFF, nbytes + offset + GUARD)
         return base + offset
 
     def download(self, ptr: int, shape: tuple[int, ...], np_dtype) -> np.ndarray:
         out = np.empty(shape, dtype=np_dtype)
-        driver.memcpy_dtoh(out.ctypes.data, ptr, out.nbytes)
+        if out.nbytes:
+            pyc.memcpy_dtoh(out, ptr)
         return out
 
     def guard_intact(self, ptr: int, nbytes: int) -> bool:
@@ -88,14 +92,25 @@ class Device:
         return bool((tail == 0xFF).all())
 
     def free(self) -> None:
-        for p in self._ptrs:
-            driver.mem_free(p)
-        self._ptrs.clear()
+        for allocation in self._allocations:
+            allocation.free()
+        self._allocations.clear()
+
+
+@pytest.fixture(scope="session")
+def built_images(tmp_path_factory):
+    """(folder, images): every family for every shipped target, built once per session."""
+    from onnxopt.runtime.cuda import compiler, metadata
+
+    if compiler.find_nvcc() is None:
+        pytest.skip("nvcc not found")
+    folder = tmp_path_factory.mktemp("images")
+    return folder, compiler.build_images(metadata.kernels_dir(), folder)
 
 
 @pytest.fixture
 def dev():
     d = Device()
     yield d
-    driver.synchronize()
+    pyc.synchronize()
     d.free()

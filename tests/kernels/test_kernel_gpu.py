@@ -1,6 +1,7 @@
-"""Every kernel against the float64 NumPy reference on a GPU: ragged shapes (lengths that are not
-multiples of the tile), padding, GQA, causal with Sq != Skv, fully masked rows, misaligned
-pointers (scalar fallbacks). Outputs are poisoned with NaN before each launch and followed by a
+"""Every kernel against the float64 NumPy reference on a GPU: every attention specialisation at
+two head sizes of its bucket, every mask kind (left/right padding as key ranges, additive bias
+with -inf, causal with Sq != Skv and with an explicit offset), ragged shapes (lengths that are
+not multiples of the tile), GQA, fully masked rows, misaligned pointers (scalar fallbacks). Outputs are poisoned with NaN before each launch and followed by a
 poisoned guard that must survive (no out-of-bounds writes)."""
 
 from __future__ import annotations
@@ -9,7 +10,8 @@ import numpy as np
 import pytest
 
 from onnxopt.runtime import cuda as k
-from onnxopt.runtime.cuda import driver, metadata
+from onnxopt.runtime.cuda import metadata
+from onnxopt.runtime.cuda import pycuda_backend as pyc
 from onnxopt.runtime.cuda import reference as ref
 
 pytestmark = pytest.mark.gpu
@@ -30,78 +32,80 @@ def rel_error(got: np.ndarray, want: np.ndarray) -> tuple[float, float]:
     return max_abs, fro
 
 
-def run_attention(
-    dev,
-    dtype,
-    b,
-    h,
-    hkv,
-    sq,
-    skv,
-    d,
-    causal,
-    lens,
-    *,
-    tile=None,
-    scale=None,
-    q_scale=1.0,
-    seed=0,
-    stream=0,
-):
+def run_attention(dev, dtype, b, h, hkv, sq, skv, d, causal, *, start=None, end=None,
+                  offset=None, bias_shape=None, tile=None, scale=None, q_scale=1.0, seed=0,
+                  stream=0):
     rng = np.random.default_rng(seed)
     q = dev.to_host(rng.standard_normal((b, h, sq, d)) * q_scale, dtype)
     kk = dev.to_host(rng.standard_normal((b, hkv, skv, d)), dtype)
     v = dev.to_host(rng.standard_normal((b, hkv, skv, d)), dtype)
-    lens_arr = None if lens is None else np.array(lens, dtype=np.int32)
+    rows = {name: None if x is None else np.array(x, dtype=np.int32)
+            for name, x in (("start", start), ("end", end), ("offset", offset))}
+    bias = None
+    if bias_shape is not None:
+        bias = rng.standard_normal(bias_shape) * 2
+        bias.reshape(-1)[::5] = -np.inf  # masked keys inside the bias
+        bias = dev.to_host(bias, dtype)
     out_bytes = b * h * sq * d * ESIZE[dtype]
     q_p, k_p, v_p = dev.upload(q), dev.upload(kk), dev.upload(v)
     o_p = dev.poisoned(out_bytes)
-    lens_p = 0 if lens_arr is None else dev.upload(lens_arr)
+    ptrs = {name: 0 if x is None else dev.upload(x) for name, x in rows.items()}
     k.flash_attention(
-        q_p, k_p, v_p, o_p, lens_p, b, h, hkv, sq, skv, d, scale, causal, dtype, stream, tile=tile
-    )
-    driver.stream_synchronize(stream)
+        q_p, k_p, v_p, o_p, b, h, hkv, sq, skv, d, scale, causal, dtype, stream, tile=tile,
+        bias_ptr=0 if bias is None else dev.upload(bias), bias_shape=bias_shape or (),
+        kv_start_ptr=ptrs["start"], kv_end_ptr=ptrs["end"], causal_offset_ptr=ptrs["offset"])
+    pyc.synchronize()
     assert dev.guard_intact(o_p, out_bytes), "write past the end of O"
     got = dev.from_host(dev.download(o_p, (b, h, sq, d), q.dtype), dtype)
     want = ref.attention(
-        dev.from_host(q, dtype),
-        dev.from_host(kk, dtype),
-        dev.from_host(v, dtype),
-        scale=scale,
-        causal=causal,
-        kv_lens=lens_arr,
-    )
+        dev.from_host(q, dtype), dev.from_host(kk, dtype), dev.from_host(v, dtype),
+        scale=scale, causal=causal, kv_start=rows["start"], kv_lens=rows["end"],
+        causal_offset=rows["offset"], bias=None if bias is None else dev.from_host(bias, dtype))
     return got, want
 
 
+# Every mask kind the kernel takes.
 ATT_SHAPES = [
-    # B, H, Hkv, Sq, Skv, causal, kv_lens
-    (1, 2, 2, 128, 128, False, None),
-    (2, 4, 2, 100, 100, True, None),  # ragged, GQA
-    (1, 2, 1, 37, 300, True, None),  # Sq < Skv (bottom-right), MQA
-    (1, 2, 2, 300, 37, True, None),  # Sq > Skv: leading rows fully masked -> 0
-    (3, 2, 2, 129, 200, False, [200, 65, 0]),  # padding, one batch with no key at all
-    (2, 8, 2, 257, 257, True, [257, 100]),  # causal + padding + GQA
-    (1, 1, 1, 1, 513, True, None),  # one decode step
-    (1, 2, 2, 1000, 1000, True, None),
-    (1, 2, 2, 64, 65, False, None),  # one key in the last tile
+    # B, H, Hkv, Sq, Skv, causal, {start, end, offset, bias_shape}
+    (1, 2, 2, 128, 128, False, {}),
+    (2, 4, 2, 100, 100, True, {}),  # ragged, GQA
+    (1, 2, 1, 37, 300, True, {}),  # Sq < Skv (bottom-right), MQA
+    (1, 2, 2, 300, 37, True, {}),  # Sq > Skv: leading rows fully masked -> 0
+    (3, 2, 2, 129, 200, False, {"end": [200, 65, 0]}),  # right padding, an empty row
+    (2, 8, 2, 257, 257, True, {"end": [257, 100]}),  # causal + right padding + GQA
+    (3, 4, 2, 70, 70, True, {"start": [0, 13, 69], "end": [70, 70, 70]}),  # left padding
+    (2, 2, 2, 50, 90, False, {"start": [5, 40], "end": [77, 41]}),  # left and right
+    (2, 4, 4, 33, 160, True, {"offset": [20, 150]}),  # causal offset (static KV cache)
+    (2, 4, 2, 65, 65, False, {"bias_shape": (1, 4, 1, 65)}),  # ALiBi-like per head
+    (2, 4, 2, 65, 97, True, {"bias_shape": (2, 1, 65, 97)}),  # per-row mask + causal
+    (2, 2, 2, 40, 40, False, {"bias_shape": (2, 2, 40, 40), "start": [3, 0]}),
+    (1, 1, 1, 1, 513, True, {}),  # one decode step
+    (1, 2, 2, 1000, 1000, True, {}),
+    (1, 2, 2, 64, 65, False, {}),  # one key in the last tile
 ]
 
+
+def _head_sizes(v):
+    """The bucket's own head size and one below it that still lands in the bucket."""
+    lower = max((u["DMAX"] for u in metadata.variants("flash_attention")
+                 if u["dtype"] == v["dtype"] and u["DMAX"] < v["DMAX"]), default=0)
+    return sorted({v["DMAX"], max(lower + 8, v["DMAX"] - 16)})
+
+
 ATT_VARIANTS = [
-    pytest.param(v["dtype"], v["head_dim"], (v["BM"], v["BN"]), id=v["entry"])
+    pytest.param(v["dtype"], d, (v["BM"], v["BN"]), id=f"{v['entry']}-D{d}")
     for v in metadata.variants("flash_attention")
+    for d in _head_sizes(v)
 ]
 
 
 @pytest.mark.parametrize(("dtype", "d", "tile"), ATT_VARIANTS)
-@pytest.mark.parametrize(
-    "shape",
-    ATT_SHAPES,
-    ids=lambda s: "x".join(map(str, s[:5])) + f"-c{int(s[5])}-p{int(s[6] is not None)}",
-)
+@pytest.mark.parametrize("shape", ATT_SHAPES,
+                         ids=lambda s: "x".join(map(str, s[:5])) + f"-c{int(s[5])}-"
+                         + "-".join(sorted(s[6])))
 def test_flash_attention_matches_reference(dev, dtype, d, tile, shape):
-    b, h, hkv, sq, skv, causal, lens = shape
-    got, want = run_attention(dev, dtype, b, h, hkv, sq, skv, d, causal, lens, tile=tile)
+    b, h, hkv, sq, skv, causal, masks = shape
+    got, want = run_attention(dev, dtype, b, h, hkv, sq, skv, d, causal, tile=tile, **masks)
     assert not np.isnan(got).any(), f"{np.isnan(got).sum()} outputs never written or NaN"
     max_abs, fro = rel_error(got, want)
     tol_abs, tol_fro = ATT_TOL[dtype]
@@ -113,36 +117,30 @@ def test_flash_attention_matches_reference(dev, dtype, d, tile, shape):
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32"])
 def test_flash_attention_large_scores_and_custom_scale(dev, dtype):
     # Peaked softmax (scores in the hundreds): the online max must rescale correctly.
-    got, want = run_attention(
-        dev, dtype, 1, 2, 2, 200, 333, 64, True, None, scale=0.5, q_scale=4.0, seed=3
-    )
+    got, want = run_attention(dev, dtype, 1, 2, 2, 200, 333, 64, True, scale=0.5, q_scale=4.0,
+                              seed=3)
     max_abs, fro = rel_error(got, want)
     tol_abs, tol_fro = ATT_TOL[dtype]
     assert max_abs <= 2 * tol_abs and fro <= 2 * tol_fro, (max_abs, fro)
 
 
 def test_flash_attention_is_deterministic_and_runs_on_a_stream(dev):
-    stream = driver.stream_create()
-    try:
-        a, _ = run_attention(
-            dev, "bfloat16", 2, 4, 2, 300, 300, 128, True, [300, 111], stream=stream
-        )
-        b, _ = run_attention(
-            dev, "bfloat16", 2, 4, 2, 300, 300, 128, True, [300, 111], stream=stream
-        )
-    finally:
-        driver.stream_destroy(stream)
+    stream = pyc.driver().Stream()
+    a, _ = run_attention(dev, "bfloat16", 2, 4, 2, 300, 300, 128, True, end=[300, 111],
+                         stream=stream.handle)
+    b, _ = run_attention(dev, "bfloat16", 2, 4, 2, 300, 300, 128, True, end=[300, 111],
+                         stream=stream.handle)
     np.testing.assert_array_equal(a, b)
 
 
 def test_flash_attention_rejects_bad_arguments(dev):
     p = dev.poisoned(1 << 16)
     with pytest.raises(ValueError, match="multiple"):
-        k.flash_attention(p, p, p, p, 0, 1, 3, 2, 8, 8, 64, None, False, "float16", 0)
+        k.flash_attention(p, p, p, p, 1, 3, 2, 8, 8, 64, None, False, "float16", 0)
     with pytest.raises(ValueError, match="aligned"):
-        k.flash_attention(p + 2, p, p, p, 0, 1, 2, 2, 8, 8, 64, None, False, "float16", 0)
-    with pytest.raises(ValueError, match="head dim"):
-        k.flash_attention(p, p, p, p, 0, 1, 2, 2, 8, 8, 80, None, False, "float16", 0)
+        k.flash_attention(p + 2, p, p, p, 1, 2, 2, 8, 8, 64, None, False, "float16", 0)
+    with pytest.raises(ValueError, match="head size 84"):
+        k.flash_attention(p, p, p, p, 1, 2, 2, 8, 8, 84, None, False, "float16", 0)
 
 
 # --- LayerNorm / RMSNorm -----------------------------------------------------------------------
@@ -185,7 +183,7 @@ def test_norms_match_reference(dev, dtype, hidden, rms, residual):
         k.layer_norm(
             x_p, g_p, b_p, y_p, rows, hidden, 1e-5, dtype, 0, residual_ptr=r_p, sum_out_ptr=s_p
         )
-    driver.synchronize()
+    pyc.synchronize()
     assert dev.guard_intact(y_p, nbytes)
     # The kernel normalises the sum rounded to dtype; so does this reference.
     v = (
@@ -213,7 +211,7 @@ def test_norm_misaligned_pointers_use_the_scalar_path(dev, dtype):
     x_p = dev.upload(x, offset=2)
     y_p = dev.poisoned(rows * hidden * 2, offset=2)
     k.layer_norm(x_p, 0, 0, y_p, rows, hidden, 1e-5, dtype, 0)
-    driver.synchronize()
+    pyc.synchronize()
     want, _ = ref.layer_norm(dev.from_host(x, dtype))
     got = dev.from_host(dev.download(y_p, (rows, hidden), x.dtype), dtype)
     assert np.abs(got - want).max() <= EW_TOL[dtype] * max(1.0, np.abs(want).max())
@@ -237,7 +235,7 @@ def test_bias_gelu_matches_reference(dev, dtype, cols, approximate, with_bias):
     b_p = dev.upload(bias) if with_bias else 0
     y_p = dev.poisoned(nbytes)
     k.bias_gelu(x_p, b_p, y_p, rows, cols, approximate, dtype, 0)
-    driver.synchronize()
+    pyc.synchronize()
     assert dev.guard_intact(y_p, nbytes)
     want = ref.bias_gelu(
         dev.from_host(x, dtype),
@@ -266,13 +264,17 @@ def test_swiglu_matches_reference(dev, dtype, cols, fused):
         u = dev.to_host(rng.standard_normal((rows, cols)), dtype)
         k.swiglu(dev.upload(g), dev.upload(u), y_p, rows, cols, dtype, 0)
         want = ref.swiglu(dev.from_host(g, dtype), dev.from_host(u, dtype))
-    driver.synchronize()
+    pyc.synchronize()
     assert dev.guard_intact(y_p, nbytes)
     got = dev.from_host(dev.download(y_p, (rows, cols), dev.HOST_DTYPE[dtype]), dtype)
     err = np.abs(got - want).max() / max(1.0, np.abs(want).max())
     assert err <= EW_TOL[dtype], err
 
 
-def test_preload_loads_every_variant():
+def test_preload_loads_every_variant_the_device_fits():
+    from onnxopt.runtime.cuda import loader
+
+    limits = loader.device_limits()
     n = k.preload()
-    assert n == sum(len(metadata.variants(f)) for f in metadata.FAMILIES)
+    assert n == sum(1 for f in metadata.FAMILIES for v in metadata.variants(f)
+                    if metadata.smem_bytes(f, v) <= limits.smem_optin)

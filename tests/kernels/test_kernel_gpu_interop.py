@@ -31,7 +31,6 @@ def test_pycuda_primary_context_memory_and_stream():
         int(k_g.gpudata),
         int(v_g.gpudata),
         int(o_g.gpudata),
-        0,
         1,
         4,
         2,
@@ -58,9 +57,10 @@ def torch():
 
 
 @pytest.mark.parametrize("dtype_name", ["float16", "bfloat16"])
-@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("d", [32, 64, 80, 96, 128, 256])
 @pytest.mark.parametrize("causal", [False, True])
-def test_flash_attention_agrees_with_torch_sdpa(torch, dtype_name, d, causal):
+@pytest.mark.parametrize("with_bias", [False, True], ids=["nobias", "bias"])
+def test_flash_attention_agrees_with_torch_sdpa(torch, dtype_name, d, causal, with_bias):
     import torch.nn.functional as F
 
     dtype = getattr(torch, dtype_name)
@@ -70,6 +70,9 @@ def test_flash_attention_agrees_with_torch_sdpa(torch, dtype_name, d, causal):
     kk = torch.randn(b, hkv, s, d, device="cuda", dtype=dtype, generator=g)
     v = torch.randn(b, hkv, s, d, device="cuda", dtype=dtype, generator=g)
     o = torch.full_like(q, float("nan"))
+    # An ALiBi-style bias per head and key: SDPA takes it as a float attn_mask.
+    bias = (torch.randn(1, h, 1, s, device="cuda", dtype=dtype, generator=g) if with_bias
+            else None)
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):
@@ -78,7 +81,6 @@ def test_flash_attention_agrees_with_torch_sdpa(torch, dtype_name, d, causal):
             kk.data_ptr(),
             v.data_ptr(),
             o.data_ptr(),
-            0,
             b,
             h,
             hkv,
@@ -89,6 +91,8 @@ def test_flash_attention_agrees_with_torch_sdpa(torch, dtype_name, d, causal):
             causal,
             dtype_name,
             stream.cuda_stream,
+            bias_ptr=0 if bias is None else bias.data_ptr(),
+            bias_shape=() if bias is None else tuple(bias.shape),
         )
     torch.cuda.current_stream().wait_stream(stream)
     # SDPA's causal mask is top-left aligned; with Sq == Skv that is the same as ours.
@@ -96,10 +100,22 @@ def test_flash_attention_agrees_with_torch_sdpa(torch, dtype_name, d, causal):
         q.float(),
         kk.repeat_interleave(h // hkv, 1).float(),
         v.repeat_interleave(h // hkv, 1).float(),
-        is_causal=causal,
+        attn_mask=_with_causal(torch, bias, s, causal),
+        is_causal=causal and bias is None,
     )
     err = (o.float() - want).abs().max().item()
     assert err < (4e-2 if dtype_name == "bfloat16" else 6e-3), err
+
+
+def _with_causal(torch, bias, s, causal):
+    """SDPA takes either is_causal or attn_mask: fold causal into the float mask."""
+    if bias is None:
+        return None
+    mask = bias.float()
+    if causal:
+        upper = torch.ones(s, s, device="cuda", dtype=torch.bool).triu(1)
+        mask = mask.masked_fill(upper, float("-inf"))
+    return mask
 
 
 def test_cuda_graph_capture(torch):
@@ -114,7 +130,6 @@ def test_cuda_graph_capture(torch):
             q.data_ptr(),
             q.data_ptr(),
             o.data_ptr(),
-            lens.data_ptr(),
             b,
             h,
             h,
@@ -125,6 +140,7 @@ def test_cuda_graph_capture(torch):
             True,
             "bfloat16",
             torch.cuda.current_stream().cuda_stream,
+            kv_end_ptr=lens.data_ptr(),
         )
 
     launch()  # load the module outside the capture

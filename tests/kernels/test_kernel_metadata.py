@@ -1,5 +1,6 @@
-"""The launch metadata (kernels/*.json) against the sources and the device limits, and the
-wrappers' variant selection (pure functions). No GPU needed; the smem cross-check needs nvcc."""
+"""The kernels' declarations (kernels/*.json) against the sources (entry points, parameter lists)
+and the table of device limits, and the wrappers' variant selection per GPU generation (pure
+functions). No GPU needed; the smem cross-check needs nvcc."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import subprocess
 
 import pytest
 
-from onnxopt.runtime.cuda import activations, attention, compiler, metadata, norms
+from onnxopt.runtime.cuda import activations, attention, compiler, devices, metadata, norms
 
 CU_TYPES = {"__half": "float16", "__nv_bfloat16": "bfloat16", "float": "float32"}
 
@@ -40,12 +41,12 @@ def test_flash_attention_variants_match_their_instantiation():
             assert macro == "FA_TC_ENTRY"
             cu_type, d, nwarps, bn, _minb = args
             assert CU_TYPES[cu_type] == v["dtype"]
-            assert (int(d), int(bn), int(nwarps)) == (v["head_dim"], v["BN"], v["WARPS"])
+            assert (int(d), int(bn), int(nwarps)) == (v["DMAX"], v["BN"], v["WARPS"])
             assert v["BM"] == 16 * v["WARPS"]
         else:
             assert macro == "FA_SIMT_ENTRY" and v["dtype"] == "float32"
             d, nwarps, rpw = (int(a) for a in args)
-            assert (d, nwarps, nwarps * rpw) == (v["head_dim"], v["WARPS"], v["BM"])
+            assert (d, nwarps, nwarps * rpw) == (v["DMAX"], v["WARPS"], v["BM"])
             assert v["BN"] == 32
 
 
@@ -61,23 +62,83 @@ def test_norm_and_activation_variants_match_their_instantiation():
         assert (CU_TYPES[cu_type], int(vec)) == (v["dtype"], v["VEC"])
 
 
-def test_attention_covers_the_declared_capabilities():
-    have = {(v["dtype"], v["head_dim"]) for v in metadata.variants("flash_attention")}
+def test_attention_covers_every_head_size_up_to_256():
     for dtype in ("float16", "bfloat16", "float32"):
-        for d in (64, 128):
-            assert (dtype, d) in have
+        for d in range(8, 257, 8):
+            assert attention.head_size_reason(dtype, d) is None
+            assert attention.bucket(dtype, d)[0]["DMAX"] >= d
+    for d in (0, 12, 100, 264):
+        assert attention.head_size_reason("float16", d) == (
+            f"head size {d} is not a multiple of 8 up to 256")
 
 
 @pytest.mark.parametrize("family", metadata.FAMILIES)
 def test_shared_memory_fits_every_declared_tile(family):
+    largest = max(r.smem_optin for r in devices.TABLE.values())
     for v in metadata.variants(family):
         smem = metadata.smem_bytes(family, v)
-        assert 0 <= smem <= metadata.MAX_SMEM_OPTIN, (v["entry"], smem)
+        assert 0 <= smem <= largest, (v["entry"], smem)
+
+
+def test_every_head_size_has_a_tile_that_every_gpu_fits():
+    """Selection may bind any head size without knowing the GPU only because the smallest tile
+    of every bucket fits the smallest per-block shared memory of every generation from 8.0."""
+    floor = devices.portable_smem_limit((8, 0))
+    assert floor == 99 * 1024
+    for dtype in ("float16", "bfloat16", "float32"):
+        for d in range(8, 257, 8):
+            smallest = attention.bucket(dtype, d)[-1]
+            assert metadata.smem_bytes("flash_attention", smallest) <= floor, (dtype, d)
+
+
+C_TYPES = {"ptr": ("*",), "i32": ("int",), "i64": ("long long",), "f32": ("float",)}
+
+
+def _signature(text: str, macro: str) -> list[tuple[str, str]]:
+    """(name, kind) of each parameter in a ``#define macro(...)`` parameter list."""
+    start = text.index(f"#define {macro}")
+    lines = []
+    for line in text[start:].splitlines():
+        lines.append(line.rstrip("\\ "))
+        if not line.rstrip().endswith("\\"):
+            break
+    body = " ".join(lines)
+    body = body[body.index(")") + 1:]  # past the macro's own parameters
+    if "NAME(" in body:  # an entry macro: the kernel's parameter list
+        body = body[body.index("NAME(") + 5:]
+        body = body[:body.index(")")]
+    params = []
+    for part in body.split(","):
+        part = part.strip().rstrip("{").strip()
+        words = part.replace("*", " * ").split()
+        if not words:
+            continue
+        name = words[-1]
+        kind = ("ptr" if "*" in words else "i64" if "long" in words else
+                "f32" if "float" in words else "i32")
+        params.append((name, kind))
+    return params
+
+
+def test_parameter_lists_are_the_declared_ones():
+    """The .cu signatures state the declared parameter lists (kernels/*.json "params"), from
+    which the launch packing is generated (launch_args)."""
+    text = metadata.source_path("flash_attention").read_text()
+    got = _signature(text, "FA_PARAMS(T)")
+    assert got == metadata.params("flash_attention")
+    text = metadata.source_path("layer_norm").read_text()
+    assert _signature(text, "LN_ENTRY(NAME, TYPE, VEC, MAXIT)") == metadata.params("layer_norm")
+    text = metadata.source_path("activations").read_text()
+    for op, macro in (("gelu", "GELU_ENTRY(NAME, TYPE, VEC)"),
+                      ("swiglu", "SWIGLU_ENTRY(NAME, TYPE, VEC)")):
+        assert _signature(text, macro) == metadata.params("activations", op)
 
 
 def test_flash_attention_smem_formula_values():
     v = metadata.variant("flash_attention", "fa_tc_bf16_d128_bm128_bn64")
     assert metadata.smem_bytes("flash_attention", v) == (128 + 4 * 64) * 136 * 2 == 104448
+    v = metadata.variant("flash_attention", "fa_tc_f16_d256_bm64_bn32")
+    assert metadata.smem_bytes("flash_attention", v) == (64 + 4 * 32) * 264 * 2 == 99 * 1024
     v = metadata.variant("flash_attention", "fa_simt_f32_d128_bm16_bn32")
     assert metadata.smem_bytes("flash_attention", v) == (16 * 128 + 32 * 129 + 32 * 128) * 4
 
@@ -106,10 +167,10 @@ def test_smem_formula_equals_the_kernels_own_constants(tmp_path):
     for v in metadata.variants("flash_attention"):
         if v["kind"] == "tc":
             t = {"float16": "__half", "bfloat16": "__nv_bfloat16"}[v["dtype"]]
-            expr = f"fa::TcCfg<{t}, {v['head_dim']}, {v['WARPS']}, {v['BN']}>::SMEM_BYTES"
+            expr = f"fa::TcCfg<{t}, {v['DMAX']}, {v['WARPS']}, {v['BN']}>::SMEM_BYTES"
         else:
             rpw = v["BM"] // v["WARPS"]
-            expr = f"fa::SimtCfg<{v['head_dim']}, {v['WARPS']}, {rpw}>::SMEM_BYTES"
+            expr = f"fa::SimtCfg<{v['DMAX']}, {v['WARPS']}, {rpw}>::SMEM_BYTES"
         lines.append(f'    std::printf("%s %d\\n", "{v["entry"]}", (int)({expr}));')
     src = tmp_path / "smem_check.cu"
     src.write_text(
@@ -127,23 +188,70 @@ def test_smem_formula_equals_the_kernels_own_constants(tmp_path):
 # --- variant selection ---------------------------------------------------------------------------
 
 
+H100 = devices.DeviceLimits.from_attributes({
+    "compute_capability_major": 9, "compute_capability_minor": 0, "multiprocessor_count": 132})
+
+
 def test_attention_selects_the_big_tile_unless_the_grid_is_too_small():
-    v = attention.select_variant("bf16", 128, sq=4096, batch_heads=64, sm_count=132)
+    v = attention.select_variant("bf16", 128, H100, sq=4096, batch_heads=64)
     assert v["entry"] == "fa_tc_bf16_d128_bm128_bn64"
-    v = attention.select_variant("float16", 64, sq=128, batch_heads=8, sm_count=132)
+    v = attention.select_variant("float16", 64, H100, sq=128, batch_heads=8)
     assert v["entry"] == "fa_tc_f16_d64_bm64_bn64"
-    assert attention.select_variant("float32", 64)["kind"] == "simt"
-    assert attention.select_variant("fp16", 128, tile=(64, 64))["BM"] == 64
-    assert attention.select_variant("fp16", 128, tile="fa_tc_f16_d128_bm64_bn64")["BM"] == 64
+    assert attention.select_variant("float32", 64, H100)["kind"] == "simt"
+    assert attention.select_variant("fp16", 128, H100, tile=(64, 64))["BM"] == 64
+    assert attention.select_variant("fp16", 80, H100)["entry"] == "fa_tc_f16_d96_bm128_bn64"
+
+
+# (compute capability, head size, dtype) -> the tile chosen when the grid is large: the
+# largest that the generation's real per-block shared memory (devices.TABLE) fits.
+TILES_BY_GENERATION = [
+    ((8, 0), 128, "float16", "fa_tc_f16_d128_bm128_bn64"),  # 104448 <= 163 KiB
+    ((8, 6), 128, "float16", "fa_tc_f16_d128_bm64_bn64"),  # 104448 > 99 KiB
+    ((8, 9), 128, "bfloat16", "fa_tc_bf16_d128_bm64_bn64"),
+    ((9, 0), 128, "bfloat16", "fa_tc_bf16_d128_bm128_bn64"),
+    ((8, 0), 256, "float16", "fa_tc_f16_d256_bm128_bn32"),  # 135168 <= 163 KiB
+    ((8, 6), 256, "float16", "fa_tc_f16_d256_bm64_bn32"),  # exactly 99 KiB
+    ((8, 9), 256, "float16", "fa_tc_f16_d256_bm64_bn32"),
+    ((9, 0), 256, "float16", "fa_tc_f16_d256_bm128_bn32"),
+    ((8, 6), 96, "float16", "fa_tc_f16_d96_bm128_bn64"),  # (128 + 256) * 104 * 2 = 79872
+    ((8, 6), 160, "bfloat16", "fa_tc_bf16_d160_bm128_bn32"),  # 256 * 168 * 2 = 86016
+    ((8, 9), 192, "bfloat16", "fa_tc_bf16_d192_bm64_bn32"),  # 102400 > 99 KiB
+    ((12, 0), 192, "float16", "fa_tc_f16_d192_bm64_bn32"),
+    ((8, 7), 192, "float16", "fa_tc_f16_d192_bm128_bn32"),  # Orin: 163 KiB
+]
+
+
+@pytest.mark.parametrize(("cc", "d", "dtype", "entry"), TILES_BY_GENERATION)
+def test_tile_choice_per_gpu_generation(cc, d, dtype, entry):
+    limits = devices.for_capability(cc)
+    v = attention.select_variant(dtype, d, limits, sq=4096, batch_heads=256)
+    assert v["entry"] == entry
+    assert metadata.smem_bytes("flash_attention", v) <= limits.smem_optin
+
+
+def test_an_unknown_gpu_gets_a_safe_tile_not_an_error():
+    limits = devices.for_capability((13, 5))  # no such row: the most conservative one
+    assert limits.smem_optin == 99 * 1024
+    assert attention.select_variant("float16", 256, limits)["entry"] == "fa_tc_f16_d256_bm64_bn32"
 
 
 def test_attention_rejects_unsupported_head_dim_and_tile():
-    with pytest.raises(ValueError, match="head dim 96"):
-        attention.select_variant("float16", 96)
+    with pytest.raises(ValueError, match="head size 100"):
+        attention.select_variant("float16", 100, H100)
     with pytest.raises(ValueError, match="tile"):
-        attention.select_variant("float16", 64, tile=(256, 64))
+        attention.select_variant("float16", 64, H100, tile=(256, 64))
     with pytest.raises(ValueError, match="dtype"):
-        attention.select_variant("int8", 64)
+        attention.select_variant("int8", 64, H100)
+
+
+def test_bias_strides():
+    full = (2, 4, 5, 9)
+    assert attention.bias_strides((2, 4, 5, 9), full) == (180, 45, 9, 1)
+    assert attention.bias_strides((1, 4, 1, 9), full) == (0, 9, 0, 1)
+    assert attention.bias_strides((9,), full) == (0, 0, 0, 1)
+    assert attention.bias_strides((2, 1, 5, 1), full) == (5, 0, 1, 0)
+    with pytest.raises(ValueError, match="does not broadcast"):
+        attention.bias_strides((3, 1, 1, 9), full)
 
 
 def test_norm_selection_vectorises_when_aligned():

@@ -87,26 +87,30 @@ def test_reference_attention_rejects_bad_gqa():
 # --- the kernel's algorithm, replayed block by block in NumPy ----------------------------------
 
 
-def replay_flash_attention(q, k, v, scale, causal, kv_lens, bm, bn):
-    """Mirror of fa::tc_forward's control flow: per query tile, the key range [0, n_end), the
-    tiles it skips, the tiles it masks, and the exp2-domain online softmax with the -inf guards.
-    Each line corresponds to one in kernels/flash_attention.cu."""
+def replay_flash_attention(q, k, v, scale, causal, kv_lens, bm, bn, *, kv_start=None,
+                           causal_offset=None, bias=None):
+    """Mirror of fa::tc_forward's control flow: per query tile, the key range [start, n_end),
+    the tiles it skips, the tiles it masks, the bias (clamped, in the log2 domain) and the
+    exp2-domain online softmax with the -inf guards. Each line corresponds to one in
+    kernels/flash_attention.cu."""
     b_, h_, sq, d = q.shape
     hkv, skv = k.shape[1], k.shape[2]
     out = np.full(q.shape, np.nan)
     log2e = 1.4426950408889634
+    full_bias = None if bias is None else np.broadcast_to(bias, (b_, h_, sq, skv))
     for b in range(b_):
         for h in range(h_):
             hk = h // (h_ // hkv)
+            start = 0 if kv_start is None else min(max(int(kv_start[b]), 0), skv)
+            end = skv if kv_lens is None else min(max(int(kv_lens[b]), start), skv)
+            offset = skv - sq if causal_offset is None else int(causal_offset[b])
             for q_tile in range(math.ceil(sq / bm)):
                 q0 = q_tile * bm
                 q_rows = min(bm, sq - q0)
-                kv_len = skv if kv_lens is None else min(max(int(kv_lens[b]), 0), skv)
-                offset = skv - sq
-                n_end = kv_len
+                n_end = end
                 if causal:
                     n_end = min(n_end, q0 + q_rows - 1 + offset + 1)
-                n_tiles = (n_end + bn - 1) // bn if n_end > 0 else 0
+                n_tiles = (n_end - start + bn - 1) // bn if n_end > start else 0
                 if n_tiles == 0:
                     out[b, h, q0 : q0 + q_rows] = 0.0
                     continue
@@ -117,23 +121,29 @@ def replay_flash_attention(q, k, v, scale, causal, kv_lens, bm, bn):
                 l_run = np.zeros(bm)
                 rows = q0 + np.arange(bm)
                 for t in range(n_tiles):
-                    n0 = t * bn
-                    valid = min(bn, kv_len - n0)
+                    n0 = start + t * bn
+                    valid = min(bn, end - n0)
                     assert valid >= 1
                     kt = np.zeros((bn, d))
                     vt = np.zeros((bn, d))
                     kt[:valid] = k[b, hk, n0 : n0 + valid]
                     vt[:valid] = v[b, hk, n0 : n0 + valid]
                     s = (qt @ kt.T) * (scale * log2e)
-                    need_mask = (n0 + bn > kv_len) or (causal and n0 + bn - 1 > q0 + offset)
+                    need_mask = (n0 + bn > end) or (causal and n0 + bn - 1 > q0 + offset)
                     keys = n0 + np.arange(bn)
-                    masked = (keys[None, :] >= kv_len) | (
+                    masked = (keys[None, :] >= end) | (
                         causal & (keys[None, :] > rows[:, None] + offset)
                     )
                     if need_mask:
                         s = np.where(masked, -np.inf, s)
                     else:
                         assert not masked[:q_rows].any(), "a tile judged mask-free has masked keys"
+                    if full_bias is not None:
+                        tile = np.full((bm, bn), 0.0)
+                        r, c = min(q_rows, bm), min(valid, bn)
+                        tile[:r, :c] = full_bias[b, h, q0 : q0 + r, n0 : n0 + c]
+                        tile = np.where(tile == -np.inf, -np.inf, np.maximum(tile, -1e30)) * log2e
+                        s = np.where(masked & need_mask, s, s + tile)
                     m_new = np.maximum(m_run, s.max(axis=1))
                     m_use = np.where(m_new == -np.inf, 0.0, m_new)
                     alpha = np.exp2(m_run - m_use)
@@ -147,27 +157,38 @@ def replay_flash_attention(q, k, v, scale, causal, kv_lens, bm, bn):
 
 
 REPLAY_CASES = [
-    # B, H, Hkv, Sq, Skv, D, causal, kv_lens, BM, BN
-    (1, 2, 1, 130, 130, 8, True, None, 64, 32),
-    (1, 2, 2, 70, 200, 8, True, None, 64, 32),  # Sq < Skv, ragged both
-    (1, 1, 1, 200, 70, 8, True, None, 64, 32),  # Sq > Skv: leading tiles fully masked
-    (2, 2, 2, 65, 65, 8, False, [65, 1], 32, 16),
-    (3, 4, 2, 50, 90, 8, True, [0, 37, 500], 16, 16),
-    (1, 1, 1, 1, 300, 8, True, None, 128, 64),  # decode
-    (1, 1, 1, 300, 1, 8, True, None, 128, 64),
+    # B, H, Hkv, Sq, Skv, D, causal, kv_lens, BM, BN, extra
+    (1, 2, 1, 130, 130, 8, True, None, 64, 32, {}),
+    (1, 2, 2, 70, 200, 8, True, None, 64, 32, {}),  # Sq < Skv, ragged both
+    (1, 1, 1, 200, 70, 8, True, None, 64, 32, {}),  # Sq > Skv: leading tiles fully masked
+    (2, 2, 2, 65, 65, 8, False, [65, 1], 32, 16, {}),
+    (3, 4, 2, 50, 90, 8, True, [0, 37, 500], 16, 16, {}),
+    (1, 1, 1, 1, 300, 8, True, None, 128, 64, {}),  # decode
+    (1, 1, 1, 300, 1, 8, True, None, 128, 64, {}),
+    (3, 2, 2, 40, 90, 8, True, [90, 90, 50], 16, 16, {"kv_start": [0, 33, 49]}),  # left pad
+    (2, 2, 2, 33, 80, 8, True, None, 16, 32, {"causal_offset": [10, 79]}),  # static cache
+    (2, 2, 1, 45, 70, 8, False, [70, 60], 16, 32,
+     {"kv_start": [3, 0], "bias": (1, 2, 1, 70)}),  # ALiBi-like + ranges
+    (2, 2, 2, 45, 45, 8, True, None, 32, 16, {"bias": (2, 1, 45, 45)}),
 ]
 
 
 @pytest.mark.parametrize("case", REPLAY_CASES)
 def test_kernel_algorithm_replay_matches_reference(case):
-    b, h, hkv, sq, skv, d, causal, lens, bm, bn = case
+    b, h, hkv, sq, skv, d, causal, lens, bm, bn, extra = case
     rng = np.random.default_rng(2)
     q = rng.standard_normal((b, h, sq, d)) * 2
     k = rng.standard_normal((b, hkv, skv, d))
     v = rng.standard_normal((b, hkv, skv, d))
     lens = None if lens is None else np.array(lens, dtype=np.int32)
-    got = replay_flash_attention(q, k, v, 0.3, causal, lens, bm, bn)
-    want = ref.attention(q, k, v, scale=0.3, causal=causal, kv_lens=lens)
+    kw = {name: np.array(x, np.int32) for name, x in extra.items() if name != "bias"}
+    if "bias" in extra:
+        bias = rng.standard_normal(extra["bias"]) * 2
+        bias.reshape(-1)[::6] = -np.inf
+        bias.reshape(-1)[1::9] = -3e38
+        kw["bias"] = bias
+    got = replay_flash_attention(q, k, v, 0.3, causal, lens, bm, bn, **kw)
+    want = ref.attention(q, k, v, scale=0.3, causal=causal, kv_lens=lens, **kw)
     assert not np.isnan(got).any(), "some output row was never written"
     np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12)
 

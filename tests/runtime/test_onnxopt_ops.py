@@ -1,6 +1,7 @@
 """The ai.onnxopt.cuda ops through the bridge on the CPU provider (their NumPy reference
-kernels), the right-padding check, and what the CUDA kernels hand the launch wrappers
-(recorded, since there is no GPU here)."""
+kernels): every mask the attention kernel takes (left and right padding as key ranges, an
+additive bias, causal offsets), and what the CUDA kernels hand the launch wrappers (recorded,
+since there is no GPU here)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import pytest
 
 from onnxopt.runtime import REGISTRY, DeviceTensor, KernelContext, session
 from onnxopt.runtime.cuda import reference as ref
-from onnxopt.runtime.ops import DOMAIN, DTYPES, OPS, drop_padding_checks, right_padded_lengths
+from onnxopt.runtime.ops import DOMAIN, DTYPES, OPS
 from onnxopt.runtime.ops import activations as act_ops
 from onnxopt.runtime.ops import attention as attn_ops
 from onnxopt.runtime.ops import norms as norm_ops
@@ -51,9 +52,12 @@ def test_every_op_has_a_cpu_and_a_cuda_kernel_per_dtype():
     for spec in specs:
         if spec.provider == CUDA:
             assert spec.shape is not None
-    padding = [s.inputs[4] for s in specs if s.op_type == "FlashAttention"]
-    assert all(p.name == "key_padding_mask" and p.optional for p in padding)
-    assert all(p.on_cpu for s, p in zip(specs, padding) if s.provider == CUDA)
+    for s in specs:
+        if s.op_type == "FlashAttention":
+            names = [(p.name, p.dtype, p.optional) for p in s.inputs[3:]]
+            assert names == [("bias", s.inputs[0].dtype, True), ("kv_start", "int32", True),
+                             ("kv_end", "int32", True), ("causal_offset", "int32", True)]
+            assert not any(p.on_cpu for p in s.inputs)  # every input stays on the device
 
 
 def test_a_cpu_session_registers_only_cpu_kernels():
@@ -66,10 +70,9 @@ def test_a_cpu_session_registers_only_cpu_kernels():
 # --- attention -------------------------------------------------------------------------------------
 
 ATTENTION = """
-g ({t}[B,8,S,64] q, {t}[B,2,T,64] k, {t}[B,2,T,64] v, int32[B] lens, int64[B,T] mask)
+g ({t}[B,8,S,64] q, {t}[B,2,T,64] k, {t}[B,2,T,64] v, int32[B] start, int32[B] end)
   => ({t}[B,8,S,64] o) {{
-  o = ai.onnxopt.cuda.FlashAttention <kernel="fa_tc_f16_d64_bm128_bn64", tile_m=128,
-        tile_n=64, warps=8, scale=0.125, causal={causal}> (q, k, v, lens, mask)
+  o = ai.onnxopt.cuda.FlashAttention <scale=0.125, causal={causal}> (q, k, v, , start, end)
 }}"""
 
 
@@ -85,43 +88,60 @@ def padded(b, t, pads):
 def test_flash_attention_cpu_kernel(causal):
     b, s, t = 2, 5, 9
     q, k, v = rand(b, 8, s, 64), rand(b, 2, t, 64), rand(b, 2, t, 64)
-    mask = padded(b, t, (0, 3))
-    lens = mask.sum(axis=1).astype(np.int32)
+    start, end = np.array([0, 2], np.int32), np.array([9, 6], np.int32)  # right, left+right
     (o,) = run(ATTENTION.format(t="float16", causal=causal),
-               {"q": q, "k": k, "v": v, "lens": lens, "mask": mask})
-    want = ref.attention(q, k, v, scale=0.125, causal=bool(causal), kv_lens=lens)
+               {"q": q, "k": k, "v": v, "start": start, "end": end})
+    want = ref.attention(q, k, v, scale=0.125, causal=bool(causal), kv_start=start,
+                         kv_lens=end)
     assert o.dtype == np.float16
     np.testing.assert_allclose(o.astype(np.float64), want, atol=2e-3, rtol=2e-3)
-
-
-def test_left_padding_raises_and_the_session_stays_usable():
-    sess = session(parse(ATTENTION.format(t="float16", causal=0)), providers=[CPU])
-    b, t = 2, 6
-    feeds = {"q": rand(b, 8, 3, 64), "k": rand(b, 2, t, 64), "v": rand(b, 2, t, 64)}
-    left = np.array([[1] * 6, [0, 0, 1, 1, 1, 1]], np.int64)
-    with pytest.raises(Exception, match="key_padding_mask row 1 is not right-padded"):
-        sess.run(None, {**feeds, "lens": left.sum(1).astype(np.int32), "mask": left})
-    right = padded(b, t, (0, 2))
-    (o,) = sess.run(None, {**feeds, "lens": right.sum(1).astype(np.int32), "mask": right})
     assert np.isfinite(o.astype(np.float32)).all()
 
 
-def test_drop_padding_checks():
-    model = parse(ATTENTION.format(t="float16", causal=0))
-    assert drop_padding_checks(model) == 1
-    assert list(model.graph.node[0].input) == ["q", "k", "v", "lens"]
+def test_left_padding_runs_and_the_session_stays_usable():
+    sess = session(parse(ATTENTION.format(t="float16", causal=1)), providers=[CPU])
+    b, t = 2, 6
+    feeds = {"q": rand(b, 8, 3, 64), "k": rand(b, 2, t, 64), "v": rand(b, 2, t, 64)}
+    left = np.array([[1] * 6, [0, 0, 1, 1, 1, 1]], np.int64)
+    start = left.argmax(axis=1).astype(np.int32)
+    end = np.full(b, t, np.int32)
+    (o,) = sess.run(None, {**feeds, "start": start, "end": end})
+    want = ref.attention(*(feeds[n] for n in "qkv"), scale=0.125, causal=True,
+                         kv_start=start, kv_lens=end)
+    np.testing.assert_allclose(o.astype(np.float64), want, atol=2e-3, rtol=2e-3)
+    with pytest.raises(Exception, match=r"kv_start must be \[2\]"):
+        sess.run(None, {**feeds, "start": start[:1], "end": end})
+    (again,) = sess.run(None, {**feeds, "start": start, "end": end})
+    np.testing.assert_array_equal(again, o)
 
 
-def test_right_padded_lengths():
-    np.testing.assert_array_equal(
-        right_padded_lengths(np.array([[1, 1, 0], [1, 0, 0], [1, 1, 1]])), [2, 1, 3])
-    with pytest.raises(ValueError, match="row 1 masks every key"):
-        right_padded_lengths(np.array([[1, 1, 0], [0, 0, 0]]))
-    assert right_padded_lengths(np.array([[True, False]])).dtype == np.int32
-    with pytest.raises(ValueError, match="row 0 is not right-padded"):
-        right_padded_lengths(np.array([[1, 0, 1]]))
-    with pytest.raises(ValueError, match=r"must be \[batch, keys\]"):
-        right_padded_lengths(np.ones(3))
+BIASED = """
+g (float[2,4,5,32] q, float[2,2,9,32] k, float[2,2,9,32] v, float[{bias}] bias,
+   int32[2] off) => (float[2,4,5,32] o) {{
+  o = ai.onnxopt.cuda.FlashAttention <scale=0.2, causal={causal}> (q, k, v, bias, , , {off})
+}}"""
+
+
+@pytest.mark.parametrize("bias_shape", ["1,4,1,9", "2,1,5,9", "9", "2,4,5,9"])
+@pytest.mark.parametrize("causal, off", [(0, ""), (1, ""), (1, "off")])
+def test_additive_bias_and_causal_offset(bias_shape, causal, off):
+    """ALiBi-like per-head biases, per-row masks with -inf and huge finite values, and a
+    causal diagonal placed by a per-row offset (a key/value cache of fixed size)."""
+    shape = tuple(int(d) for d in bias_shape.split(","))
+    bias = RNG.standard_normal(shape).astype(np.float32) * 3
+    bias.reshape(-1)[::7] = -np.inf
+    bias.reshape(-1)[3::11] = np.finfo(np.float32).min
+    q, k, v = rand(2, 4, 5, 32, dtype=np.float32), rand(2, 2, 9, 32, dtype=np.float32), \
+        rand(2, 2, 9, 32, dtype=np.float32)
+    offsets = np.array([1, 6], np.int32)
+    text = BIASED.format(bias=bias_shape, causal=causal, off=off)
+    if not off:
+        text = text.replace("(q, k, v, bias, , , )", "(q, k, v, bias)")
+    (o,) = run(text, {"q": q, "k": k, "v": v, "bias": bias, "off": offsets})
+    want = ref.attention(q, k, v, scale=0.2, causal=bool(causal), bias=bias,
+                         causal_offset=offsets if off else None)
+    np.testing.assert_allclose(o, want, rtol=1e-5, atol=1e-6)
+    assert np.isfinite(o).all()
 
 
 def test_bfloat16_and_float32_attention_without_padding():
@@ -146,8 +166,8 @@ def test_bfloat16_and_float32_attention_without_padding():
 def test_attention_shape_errors_are_sentences():
     with pytest.raises(ValueError, match="cannot share"):
         attn_ops.dims((1, 6, 4, 64), (1, 4, 4, 64), (1, 4, 4, 64))
-    with pytest.raises(ValueError, match="kv_lens must be"):
-        attn_ops.dims((2, 4, 4, 64), (2, 4, 4, 64), (2, 4, 4, 64), (3,))
+    with pytest.raises(ValueError, match="one shape"):
+        attn_ops.dims((2, 4, 4, 64), (2, 4, 4, 64), (2, 4, 5, 64))
     assert attn_ops.dims((3, 5, 64), (3, 7, 64), (3, 7, 64)) == (3, 1, 1, 5, 7, 64)
 
 
@@ -202,22 +222,24 @@ def device(shape, dtype=np.float16, ptr=0x1000):
     return DeviceTensor(ptr, tuple(shape), np.dtype(dtype))
 
 
-def test_cuda_attention_launches_on_orts_stream_with_the_named_tile(monkeypatch):
+def test_cuda_attention_launches_on_orts_stream_with_every_mask_input(monkeypatch):
     calls = []
     monkeypatch.setattr(attn_ops, "flash_attention", lambda *a, **k: calls.append((a, k)))
     q, k, v = device((2, 8, 5, 64), ptr=0x100), device((2, 2, 9, 64), ptr=0x200), \
         device((2, 2, 9, 64), ptr=0x300)
-    lens, out = device((2,), np.int32, ptr=0x400), device((2, 8, 5, 64), ptr=0x500)
-    mask = padded(2, 9, (0, 4))
-    attn_ops.attention_cuda(KernelContext(0xABC), q, k, v, lens, mask, out=out,
-                            kernel="fa_tc_f16_d64_bm64_bn64", scale=0.125, causal=1)
+    bias, start = device((2, 1, 1, 9), ptr=0x380), device((2,), np.int32, ptr=0x400)
+    end, off = device((2,), np.int32, ptr=0x440), device((2,), np.int32, ptr=0x480)
+    out = device((2, 8, 5, 64), ptr=0x500)
+    attn_ops.attention_cuda(KernelContext(0xABC), q, k, v, bias, start, end, off, out=out,
+                            scale=0.125, causal=1)
     (args, kwargs), = calls
-    assert args == (0x100, 0x200, 0x300, 0x500, 0x400, 2, 8, 2, 5, 9, 64, 0.125, True,
-                    "float16", 0xABC)
-    assert kwargs == {"tile": "fa_tc_f16_d64_bm64_bn64"}
-    with pytest.raises(ValueError, match="not right-padded"):
-        attn_ops.attention_cuda(KernelContext(0xABC), q, k, v, lens, mask[:, ::-1].copy(),
-                                out=out, scale=0.125)
+    assert args == (0x100, 0x200, 0x300, 0x500, 2, 8, 2, 5, 9, 64, 0.125, True, "float16",
+                    0xABC)
+    assert kwargs == {"bias_ptr": 0x380, "bias_shape": (2, 1, 1, 9), "kv_start_ptr": 0x400,
+                      "kv_end_ptr": 0x440, "causal_offset_ptr": 0x480}
+    with pytest.raises(ValueError, match=r"kv_end must be \[2\]"):
+        attn_ops.attention_cuda(KernelContext(0xABC), q, k, v, None, None,
+                                device((3,), np.int32), out=out, scale=0.125)
     assert len(calls) == 1
 
 
@@ -249,11 +271,11 @@ def test_cuda_norms_and_activations_pass_pointers_and_stream(monkeypatch):
 
 @pytest.fixture
 def host_device(monkeypatch):
-    """The driver's memory calls on host memory, and launch wrappers that compute the reference
+    """PyCUDA's memory calls on host memory, and launch wrappers that compute the reference
     on that memory: enough to run the staged path's copies and bookkeeping without a GPU."""
     import ctypes
 
-    from onnxopt.runtime.cuda import driver
+    from onnxopt.runtime.cuda import loader, pycuda_backend
     from onnxopt.runtime.tensors import host_view
 
     buffers = {}
@@ -263,10 +285,17 @@ def host_device(monkeypatch):
         buffers[ctypes.addressof(buf)] = buf
         return ctypes.addressof(buf)
 
-    monkeypatch.setattr(driver, "mem_alloc", alloc)
-    monkeypatch.setattr(driver, "memcpy_htod", lambda dst, src, n: ctypes.memmove(dst, src, n))
-    monkeypatch.setattr(driver, "memcpy_dtoh", lambda dst, src, n: ctypes.memmove(dst, src, n))
-    monkeypatch.setattr(driver, "synchronize", lambda: None)
+    def htod(dst, host):
+        ctypes.memmove(int(dst), np.ascontiguousarray(host).ctypes.data, host.nbytes)
+
+    def dtoh(host, src):
+        ctypes.memmove(host.ctypes.data, int(src), host.nbytes)
+
+    monkeypatch.setattr(loader, "ensure_context", lambda: 1)
+    monkeypatch.setattr(pycuda_backend, "mem_alloc", alloc)
+    monkeypatch.setattr(pycuda_backend, "memcpy_htod", htod)
+    monkeypatch.setattr(pycuda_backend, "memcpy_dtoh", dtoh)
+    monkeypatch.setattr(pycuda_backend, "synchronize", lambda: None)
 
     def view(ptr, shape, dtype):
         return host_view(ptr, tuple(shape), np.dtype(dtype), True)
@@ -293,13 +322,19 @@ def host_device(monkeypatch):
         view(y, (rows, cols), dt)[...] = ref.bias_gelu(view(x, (rows, cols), dt), b,
                                                        approximate=approximate)
 
-    def fake_attention(q, k, v, o, lens, b, h, hkv, sq, skv, d, scale, causal, dtype, stream,
-                       tile=None):
+    def fake_attention(q, k, v, o, b, h, hkv, sq, skv, d, scale, causal, dtype, stream, *,
+                       bias_ptr, bias_shape, kv_start_ptr, kv_end_ptr, causal_offset_ptr):
         dt = np.dtype(dtype)
-        kv_lens = view(lens, (b,), np.int32) if lens else None
+
+        def rows(ptr):
+            return view(ptr, (b,), np.int32) if ptr else None
+
+        bias = view(bias_ptr, bias_shape, dt) if bias_ptr else None
         view(o, (b, h, sq, d), dt)[...] = ref.attention(
             view(q, (b, h, sq, d), dt), view(k, (b, hkv, skv, d), dt),
-            view(v, (b, hkv, skv, d), dt), scale=scale, causal=causal, kv_lens=kv_lens)
+            view(v, (b, hkv, skv, d), dt), scale=scale, causal=causal, bias=bias,
+            kv_start=rows(kv_start_ptr), kv_lens=rows(kv_end_ptr),
+            causal_offset=rows(causal_offset_ptr))
 
     monkeypatch.setattr(norm_ops, "layer_norm", fake_norm(False))
     monkeypatch.setattr(norm_ops, "rms_norm", fake_norm(True))
@@ -329,6 +364,14 @@ def test_staged_registry_runs_the_cuda_kernel_functions(host_device, models_dir)
         np.testing.assert_allclose(got.astype(np.float32), want.astype(np.float32),
                                    rtol=1e-3, atol=1e-3)
     left = attention_feeds(attention, 2, 8)
-    left["attention_mask"][1, 0] = 0
-    with pytest.raises(Exception, match="not right-padded"):
-        session(optimized, providers=[CPU], registry=staged).run(None, left)
+    left["attention_mask"][1, :2] = 0  # left padding, and a hole
+    left["attention_mask"][1, 5] = 0
+    (got,) = session(optimized, providers=[CPU], registry=staged).run(None, left)
+    (want,) = session(attention, providers=[CPU]).run(None, left)
+    # Causal + left padding: queries 0 and 1 of row 1 see no key. The kernel defines such a
+    # row as 0; the original's value there depends on its mask constant (-10000 here).
+    assert (got[1, :, :2] == 0).all()
+    np.testing.assert_allclose(got[:, :, 2:].astype(np.float32),
+                               want[:, :, 2:].astype(np.float32), rtol=2e-3, atol=2e-3)
+    np.testing.assert_allclose(got[0].astype(np.float32), want[0].astype(np.float32),
+                               rtol=2e-3, atol=2e-3)

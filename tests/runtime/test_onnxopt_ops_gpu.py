@@ -1,8 +1,9 @@
 """The ai.onnxopt.cuda ops' CUDA kernels on a GPU: against their CPU kernels (float64
 references) on ragged shapes with padding and poisoned outputs; through ORT's CPU provider with
 the staged registry (copies inside the kernel wrapper, for CPU-only ORT builds); and through
-ORT's CUDA provider where it is usable (IO binding, CUDA-graph capture). Skipped without a
-CUDA driver, a device and nvcc.
+ORT's CUDA provider where it is usable (IO binding, CUDA-graph capture, models padded on
+the left). Skipped where onnxopt's CUDA kernels cannot run (no device, no PyCUDA, no image
+and no nvcc). Device memory comes from PyCUDA.
 """
 
 from __future__ import annotations
@@ -30,41 +31,45 @@ RNG = np.random.default_rng(1)
 
 
 class Buffers:
-    """Device copies of host arrays, and poisoned (0xFF: NaN) output buffers."""
+    """Device copies of host arrays, and poisoned (0xFF: NaN) output buffers (PyCUDA memory)."""
 
     def __init__(self) -> None:
-        from onnxopt.runtime.cuda import driver
+        from onnxopt.runtime.cuda import loader
+        from onnxopt.runtime.cuda import pycuda_backend as pyc
 
-        self.driver = driver
-        driver.ensure_context()
-        self.ptrs: list[int] = []
+        self.pyc = pyc
+        loader.ensure_context()
+        self.allocations: list = []
+
+    def _alloc(self, nbytes: int) -> int:
+        allocation = self.pyc.mem_alloc(nbytes)
+        self.allocations.append(allocation)
+        return int(allocation)
 
     def put(self, host: np.ndarray) -> DeviceTensor:
         host = np.ascontiguousarray(host)
-        ptr = self.driver.mem_alloc(host.nbytes)
-        self.ptrs.append(ptr)
-        self.driver.memcpy_htod(ptr, host.ctypes.data, host.nbytes)
-        self.driver.synchronize()  # the kernels run on another (non-blocking) stream
+        ptr = self._alloc(host.nbytes)
+        self.pyc.memcpy_htod(ptr, host)
+        self.pyc.synchronize()  # the kernels run on another (non-blocking) stream
         return DeviceTensor(ptr, host.shape, host.dtype, readonly=True)
 
     def poisoned(self, shape, dtype) -> DeviceTensor:
         nbytes = int(np.prod(shape)) * np.dtype(dtype).itemsize
-        ptr = self.driver.mem_alloc(nbytes)
-        self.ptrs.append(ptr)
-        self.driver.memset_d8(ptr, 0xFF, nbytes)
-        self.driver.synchronize()
+        ptr = self._alloc(nbytes)
+        self.pyc.memset_d8(ptr, 0xFF, nbytes)
+        self.pyc.synchronize()
         return DeviceTensor(ptr, tuple(shape), np.dtype(dtype))
 
     def get(self, t: DeviceTensor) -> np.ndarray:
-        self.driver.synchronize()
+        self.pyc.synchronize()
         out = np.empty(t.shape, t.dtype)
-        self.driver.memcpy_dtoh(out.ctypes.data, t.ptr, out.nbytes)
+        self.pyc.memcpy_dtoh(out, t.ptr)
         return out
 
     def free(self) -> None:
-        self.driver.synchronize()
-        for p in self.ptrs:
-            self.driver.mem_free(p)
+        self.pyc.synchronize()
+        for allocation in self.allocations:
+            allocation.free()
 
 
 @pytest.fixture
@@ -76,12 +81,11 @@ def dev():
 
 @pytest.fixture
 def stream():
-    from onnxopt.runtime.cuda import driver
+    from onnxopt.runtime.cuda import pycuda_backend as pyc
 
-    s = driver.stream_create()
-    yield s
-    driver.stream_synchronize(s)
-    driver.stream_destroy(s)
+    s = pyc.driver().Stream()
+    yield s.handle
+    s.synchronize()
 
 
 def rand(shape, dtype):
@@ -96,20 +100,25 @@ def close(got, want, dtype):
 
 
 @pytest.mark.parametrize("dtype, d", [("float16", 64), ("bfloat16", 128), ("float32", 64),
-                                      ("float16", 128)])
+                                      ("float16", 80), ("bfloat16", 256), ("float32", 96)])
 @pytest.mark.parametrize("causal", [0, 1])
 def test_attention_against_cpu_kernel(dev, stream, dtype, d, causal):
     b, h, hkv, s = 3, 8, 2, 77  # not a multiple of any tile
     q, k, v = rand((b, h, s, d), dtype), rand((b, hkv, s, d), dtype), rand((b, hkv, s, d), dtype)
-    mask = np.ones((b, s), np.int64)
-    mask[1, 50:] = 0
-    mask[2, 1:] = 0
-    lens = mask.sum(1).astype(np.int32)
+    start = np.array([0, 10, 0], np.int32)  # row 1 padded on the left
+    end = np.array([77, 77, 40], np.int32)  # row 2 on the right
+    bias = rand((1, h, 1, s), dtype)  # ALiBi-like
+    offset = np.array([0, 5, 76], np.int32)
     out = dev.poisoned(q.shape, q.dtype)
     attn_ops.attention_cuda(KernelContext(stream), dev.put(q), dev.put(k), dev.put(v),
-                            dev.put(lens), mask, out=out, scale=d ** -0.5, causal=causal)
-    want = attn_ops.attention_cpu(q, k, v, lens, mask, scale=d ** -0.5, causal=causal)
-    close(dev.get(out), want, dtype)
+                            dev.put(bias), dev.put(start), dev.put(end), dev.put(offset),
+                            out=out, scale=d ** -0.5, causal=causal)
+    want = attn_ops.attention_cpu(q, k, v, bias, start, end, offset, scale=d ** -0.5,
+                                  causal=causal)
+    got = dev.get(out)
+    seen = np.any(want != 0, axis=-1)  # rows with no visible key are 0 in both
+    close(got[seen], want[seen], dtype)
+    assert (np.asarray(got, np.float64)[~seen] == 0).all()
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32"])
@@ -137,7 +146,9 @@ def test_norms_and_activations_against_cpu_kernels(dev, stream, dtype):
 
 def test_staged_session_matches_reference_kernels(models_dir):
     staged = staged_registry()
-    cases = [(attention_model(), lambda m: attention_feeds(m, 2, 45, pad=(0, 13)), "float16")]
+    cases = [(attention_model(), lambda m: attention_feeds(m, 2, 45, pad=(0, 13)), "float16"),
+             (attention_model(head_size=80, dtype="bfloat16"),
+              lambda m: attention_feeds(m, 2, 33, pad=(0, 7)), "bfloat16")]
     gpt2 = onnx.load(str(models_dir / "gpt2.ts.onnx"))
     from onnxopt.verification.inputs import make_inputs
 

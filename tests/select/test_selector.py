@@ -63,7 +63,6 @@ CPU_TARGET = Target(device="cpu", ort_version=(1, 31), opset=18)
     ({"providers": CUDA, "min_compute_capability": (9, 0)},
      Target(device="cuda", compute_capability=(8, 0)), "needs compute capability 9.0"),
     ({"head_dims": frozenset({64, 128})}, CPU_TARGET, "head size 8 not in [64, 128]"),
-    ({"mask_kinds": frozenset({"none"})}, CPU_TARGET, "does not support mask kind 'causal'"),
     ({"causal": False}, CPU_TARGET, "does not support causal masking"),
     ({"grouped_query": False}, CPU_TARGET, "does not support grouped-query attention"),
     ({"deterministic": False}, dataclasses.replace(CPU_TARGET, determinism="strict"),

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ctypes
 import functools
 
 _DTYPE_ALIASES = {
@@ -42,22 +41,3 @@ def check_positive(**sizes: int) -> None:
 def aligned(alignment: int, *ptrs: int) -> bool:
     """True when every non-null pointer is a multiple of ``alignment``."""
     return all(p % alignment == 0 for p in ptrs if p)
-
-
-def ptr(p: int) -> ctypes.c_uint64:
-    return ctypes.c_uint64(int(p or 0))
-
-
-def i32(v: int) -> ctypes.c_int32:
-    v = int(v)
-    if not -(2**31) <= v < 2**31:
-        raise OverflowError(f"{v} does not fit in int32")
-    return ctypes.c_int32(v)
-
-
-def i64(v: int) -> ctypes.c_int64:
-    return ctypes.c_int64(int(v))
-
-
-def f32(v: float) -> ctypes.c_float:
-    return ctypes.c_float(float(v))

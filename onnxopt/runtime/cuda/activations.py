@@ -6,12 +6,12 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from . import driver, loader, metadata
-from ._args import aligned, canonical_dtype, cdiv, check_positive, i32, i64, ptr
+from . import driver, launch_args, loader, metadata
+from ._args import aligned, canonical_dtype, cdiv, check_positive
 
 FAMILY = "activations"
 THREADS = 256
-_APPROXIMATE = {"none": 0, "tanh": 1}
+_APPROXIMATE = metadata.load(FAMILY)["approximate"]
 
 
 def select_variant(op: str, dtype: str, cols: int, *ptrs: int) -> dict[str, Any]:
@@ -29,7 +29,8 @@ def select_variant(op: str, dtype: str, cols: int, *ptrs: int) -> dict[str, Any]
 
 def _grid(n_vectors: int) -> tuple[int, int, int]:
     # Grid-stride loops: enough blocks to fill the device a few times over, no more.
-    return (max(1, min(cdiv(n_vectors, THREADS), driver.multiprocessor_count() * 16)), 1, 1)
+    sms = loader.device_limits().sm_count or 1
+    return (max(1, min(cdiv(n_vectors, THREADS), sms * 16)), 1, 1)
 
 
 def bias_gelu(
@@ -52,14 +53,10 @@ def bias_gelu(
         return
     v = select_variant("gelu", dtype, cols, x_ptr, bias_ptr, y_ptr)
     kernel = loader.get(FAMILY, v["entry"])
-    args = (
-        ptr(x_ptr),
-        ptr(bias_ptr),
-        ptr(y_ptr),
-        i64(rows),
-        i32(cols),
-        i32(_APPROXIMATE[approximate]),
-    )
+    args = launch_args.pack(FAMILY, {
+        "x": x_ptr, "bias": bias_ptr, "y": y_ptr, "rows": rows, "N": cols,
+        "approximate": _APPROXIMATE[approximate],
+    }, op="gelu")
     grid = _grid(rows * cols // v["VEC"])
     driver.launch(kernel.function, grid, (THREADS, 1, 1), args, kernel.smem, stream)
 
@@ -88,7 +85,10 @@ def swiglu(
     # A vector must not straddle rows and every row start must stay aligned: VEC | gcd.
     v = select_variant("swiglu", dtype, math.gcd(cols, in_stride), gate_ptr, up_ptr, y_ptr)
     kernel = loader.get(FAMILY, v["entry"])
-    args = (ptr(gate_ptr), ptr(up_ptr), ptr(y_ptr), i64(rows), i32(cols), i64(in_stride))
+    args = launch_args.pack(FAMILY, {
+        "gate": gate_ptr, "up": up_ptr, "y": y_ptr, "rows": rows, "N": cols,
+        "in_stride": in_stride,
+    }, op="swiglu")
     grid = _grid(rows * cols // v["VEC"])
     driver.launch(kernel.function, grid, (THREADS, 1, 1), args, kernel.smem, stream)
 

@@ -1,4 +1,16 @@
-"""nvcc -> cubin, one template specialisation at a time, cached on disk.
+"""nvcc at build time: the shipped kernel images, and single specialisations for the tests.
+
+Two uses, both without a GPU or a driver (which is why this runs nvcc as a subprocess rather
+than through PyCUDA, whose compiler module cannot be imported without libcuda):
+
+- ``build_images``: every kernel family for every shipped target (SASS for sm_80, sm_86,
+  sm_89 and sm_90, plus PTX for compute_90 that the driver compiles for newer GPUs), written
+  beside a manifest; run by ``setup.py`` when the wheel is built and by ``onnxopt kernels
+  --build``. The runtime loads these images and needs no toolkit.
+- ``compile_cubin``: one specialisation for one architecture, cached, as the tests build them.
+
+This module imports only the standard library: ``setup.py`` loads it by path in its isolated
+build environment, where onnxopt's dependencies are not installed.
 
 The cache key is the sha256 of the source and every local header it includes, the target
 architecture (sm_80, sm_90, ... from the device's compute capability), the specialisation
@@ -12,11 +24,15 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import json
 import os
 import re
 import shutil
 import subprocess
+import sys
 import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -196,3 +212,110 @@ def parse_ptxas(log: str) -> dict[str, Resources]:
             )
             entry = None
     return result
+
+
+# --- the shipped images ----------------------------------------------------------------------
+
+# SASS for every generation we tune for, and PTX of the newest for what comes after (the driver
+# JIT-compiles it once per device and caches the result).
+SASS_ARCHS = ("sm_80", "sm_86", "sm_89", "sm_90")
+PTX_ARCH = "compute_90"
+TARGETS = (*SASS_ARCHS, PTX_ARCH)
+MANIFEST = "manifest.json"
+
+
+def image_name(family: str, target: str) -> str:
+    """``flash_attention.sm_86.cubin`` / ``flash_attention.compute_90.ptx``."""
+    return f"{family}.{target}.{'ptx' if target.startswith('compute_') else 'cubin'}"
+
+
+@dataclass(frozen=True)
+class Image:
+    family: str
+    target: str
+    path: Path
+    seconds: float
+    resources: dict[str, Resources]  # per entry point (empty for PTX: ptxas does not run)
+
+
+def compile_image(source: Path, target: str, out: Path, *, nvcc: str | None = None,
+                  defines: tuple[str, ...] = ("ONNXOPT_SPEC_ALL",)) -> Image:
+    """Every entry point of ``source`` for one target: a cubin for ``sm_XY``, PTX for
+    ``compute_XY``. Written atomically to ``out``."""
+
+    nvcc = nvcc or find_nvcc()
+    if nvcc is None:
+        raise CompileError("nvcc not found: install the CUDA toolkit or set ONNXOPT_NVCC")
+    source = Path(source)
+    ptx = target.startswith("compute_")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
+    cmd = [nvcc, "-ptx" if ptx else "-cubin", f"-arch={target}", *NVCC_FLAGS,
+           *(f"-D{d}" for d in defines), "-I", str(source.parent), "-o", str(tmp), str(source)]
+    start = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    seconds = time.perf_counter() - start
+    log = proc.stdout + proc.stderr
+    if proc.returncode != 0 or not tmp.is_file():
+        tmp.unlink(missing_ok=True)
+        raise CompileError(f"nvcc failed ({proc.returncode}): {' '.join(cmd)}\n{log}")
+    os.replace(tmp, out)
+    return Image(source.stem, target, out, seconds, parse_ptxas(log))
+
+
+def build_images(kernels: Path, out: Path, *, targets: tuple[str, ...] = TARGETS,
+                 families: tuple[str, ...] | None = None, jobs: int | None = None,
+                 nvcc: str | None = None) -> list[Image]:
+    """Build every family (``kernels/*.cu``) for every target into ``out``, ``jobs`` nvcc
+    processes at a time, and write the manifest the loader checks: the source digest each
+    image was built from (a stale image is never loaded), nvcc's version, and per target and
+    entry point the registers, spills and static shared memory ptxas reported."""
+
+    nvcc = nvcc or find_nvcc()
+    if nvcc is None:
+        raise CompileError("nvcc not found: install the CUDA toolkit or set ONNXOPT_NVCC")
+    kernels, out = Path(kernels), Path(out)
+    sources = sorted(kernels.glob("*.cu"))
+    if families is not None:
+        sources = [s for s in sources if s.stem in families]
+    work = [(s, t) for s in sources for t in targets]
+    jobs = max(1, jobs or os.cpu_count() or 1)
+    with ThreadPoolExecutor(max_workers=jobs) as pool:  # each job is an nvcc process
+        images = list(pool.map(
+            lambda st: compile_image(st[0], st[1], out / image_name(st[0].stem, st[1]),
+                                     nvcc=nvcc), work))
+    manifest_path = out / MANIFEST
+    manifest = {}
+    if manifest_path.is_file():  # a partial rebuild keeps the other families' entries
+        manifest = json.loads(manifest_path.read_text())
+    manifest.setdefault("families", {})
+    manifest["nvcc"] = nvcc_version(nvcc).splitlines()[-1] if nvcc_version(nvcc) else ""
+    for source in sources:
+        entry = manifest["families"].setdefault(source.stem, {})
+        entry["source_digest"] = source_digest(source)
+        entry.setdefault("targets", {})
+        for image in images:
+            if image.family == source.stem:
+                entry["targets"][image.target] = {
+                    "file": image.path.name,
+                    "seconds": round(image.seconds, 2),
+                    "resources": {e: r.__dict__ for e, r in sorted(image.resources.items())},
+                }
+    tmp = manifest_path.with_name(f".{MANIFEST}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
+    os.replace(tmp, manifest_path)
+    return images
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python compiler.py KERNELS_DIR OUT_DIR [JOBS]``: what setup.py runs."""
+
+    args = sys.argv[1:] if argv is None else argv
+    jobs = int(args[2]) if len(args) > 2 else None
+    images = build_images(Path(args[0]), Path(args[1]), jobs=jobs)
+    print(f"built {len(images)} kernel images into {args[1]}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

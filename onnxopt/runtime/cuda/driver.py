@@ -1,18 +1,23 @@
-"""The few CUDA driver-API calls the kernels need, through ctypes on libcuda.
+"""The CUDA driver API through ctypes, only where PyCUDA has no API for what is needed.
 
-Why not PyCUDA for launching: PyCUDA's ``Function.__call__`` accepts only a ``pycuda.driver.Stream``
-(its C++ side extracts the handle from that class), so it cannot launch on a stream it did not
-create, such as ONNX Runtime's compute stream or ``torch.cuda.current_stream()``. cuLaunchKernel
-takes any CUstream handle, and calling it directly also keeps the launch path free of
-allocations and host synchronisation (CUDA-graph capture works).
+Each use, and why it is not PyCUDA (``pycuda_backend`` does everything PyCUDA can):
 
-Contexts: every call runs in the calling thread's *current* context. If none is current,
-``ensure_context`` makes the device's primary context current, which is the one PyTorch, ONNX
-Runtime's CUDA EP, CuPy and ``pycuda.autoprimaryctx`` use, so device pointers from any of them
-are valid here.
+- ``launch`` (``cuLaunchKernel``): PyCUDA launches only on a ``pycuda.driver.Stream`` it
+  created (its C++ side extracts the handle from that class), so it cannot launch on ONNX
+  Runtime's compute stream, ``torch.cuda.current_stream()`` or any other foreign ``CUstream``.
+  Calling the driver directly also keeps the launch free of allocations and host
+  synchronisation (CUDA-graph capture works).
+- ``load_module`` / ``get_function`` / ``set_max_dynamic_smem``: the launch above needs the
+  ``CUfunction`` handle, and PyCUDA's ``Module``/``Function`` do not expose their handles; so
+  the module whose functions we launch is loaded here, into the current context.
+- ``current_context`` / ``current_device``: ONNX Runtime makes its context current in the
+  thread of its compute callback; PyCUDA's ``Context.get_current()`` knows only contexts on
+  PyCUDA's own stack, not a foreign current context.
+- ``device_attributes``: the device probe's fallback on a machine without PyCUDA (the
+  optimizer's default target must still see the GPU; the kernels themselves need PyCUDA).
 
-Nothing here imports at module load time beyond ctypes: the library is opened on first use,
-and a machine without a driver gets a ``CudaUnavailable`` error, never an import error.
+Nothing here runs at import time beyond ctypes: the library is opened on first use, and a
+machine without a driver gets ``CudaUnavailable``, never an import error.
 """
 
 from __future__ import annotations
@@ -23,11 +28,19 @@ import os
 from collections.abc import Sequence
 
 CUDA_SUCCESS = 0
-ATTR_MULTIPROCESSOR_COUNT = 16
-ATTR_COMPUTE_CAPABILITY_MAJOR = 75
-ATTR_COMPUTE_CAPABILITY_MINOR = 76
-ATTR_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN = 97
 FUNC_ATTR_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
+# CU_DEVICE_ATTRIBUTE_* ids (cuda.h) of the attributes the probe reads; the names are those of
+# pycuda.driver.device_attribute, lower-cased.
+DEVICE_ATTRIBUTES = {
+    "compute_capability_major": 75,
+    "compute_capability_minor": 76,
+    "multiprocessor_count": 16,
+    "max_shared_memory_per_block_optin": 97,
+    "max_shared_memory_per_multiprocessor": 81,
+    "max_threads_per_multiprocessor": 39,
+    "max_blocks_per_multiprocessor": 106,
+    "max_registers_per_multiprocessor": 82,
+}
 
 _void_p = ctypes.c_void_p
 
@@ -59,7 +72,7 @@ def _lib() -> ctypes.CDLL:
 
 
 def _declare(lib: ctypes.CDLL) -> None:
-    u64, i32, u32, sz = ctypes.c_uint64, ctypes.c_int, ctypes.c_uint, ctypes.c_size_t
+    i32, u32 = ctypes.c_int, ctypes.c_uint
     p = ctypes.POINTER
     sigs = {
         "cuInit": [u32],
@@ -67,36 +80,13 @@ def _declare(lib: ctypes.CDLL) -> None:
         "cuDeviceGetCount": [p(i32)],
         "cuDeviceGet": [p(i32), i32],
         "cuDeviceGetAttribute": [p(i32), i32, i32],
-        "cuDevicePrimaryCtxRetain": [p(_void_p), i32],
         "cuCtxGetCurrent": [p(_void_p)],
-        "cuCtxSetCurrent": [_void_p],
         "cuCtxGetDevice": [p(i32)],
-        "cuCtxSynchronize": [],
         "cuModuleLoadData": [p(_void_p), _void_p],
-        "cuModuleUnload": [_void_p],
         "cuModuleGetFunction": [p(_void_p), _void_p, ctypes.c_char_p],
         "cuFuncSetAttribute": [_void_p, i32, i32],
-        "cuLaunchKernel": [
-            _void_p,
-            u32,
-            u32,
-            u32,
-            u32,
-            u32,
-            u32,
-            u32,
-            _void_p,
-            p(_void_p),
-            p(_void_p),
-        ],
-        "cuStreamCreate": [p(_void_p), u32],
-        "cuStreamDestroy_v2": [_void_p],
-        "cuStreamSynchronize": [_void_p],
-        "cuMemAlloc_v2": [p(u64), sz],
-        "cuMemFree_v2": [u64],
-        "cuMemcpyHtoD_v2": [u64, _void_p, sz],
-        "cuMemcpyDtoH_v2": [_void_p, u64, sz],
-        "cuMemsetD8_v2": [u64, ctypes.c_ubyte, sz],
+        "cuLaunchKernel": [_void_p, u32, u32, u32, u32, u32, u32, u32, _void_p, p(_void_p),
+                           p(_void_p)],
     }
     for name, args in sigs.items():
         fn = getattr(lib, name, None)
@@ -125,74 +115,55 @@ def _init() -> None:
     _call("cuInit", 0)
 
 
+def device_count() -> int:
+    _init()
+    n = ctypes.c_int()
+    _call("cuDeviceGetCount", ctypes.byref(n))
+    return n.value
+
+
 def available() -> bool:
     """True when a driver and at least one device are present (never raises)."""
     try:
-        _init()
-        n = ctypes.c_int()
-        _call("cuDeviceGetCount", ctypes.byref(n))
-        return n.value > 0
+        return device_count() > 0
     except (CudaUnavailable, CudaError, OSError):
         return False
 
 
-def ensure_context(ordinal: int | None = None) -> int:
-    """The current context's handle; retains and sets the primary context if none is current.
+def device_attributes(ordinal: int) -> dict[str, int]:
+    """The probe's attributes of device ``ordinal`` (see DEVICE_ATTRIBUTES)."""
+    _init()
+    dev = ctypes.c_int()
+    _call("cuDeviceGet", ctypes.byref(dev), ordinal)
+    out = {}
+    for name, attr in DEVICE_ATTRIBUTES.items():
+        value = ctypes.c_int()
+        _call("cuDeviceGetAttribute", ctypes.byref(value), attr, dev)
+        out[name] = value.value
+    return out
 
-    ``ordinal`` (default $ONNXOPT_CUDA_DEVICE or 0) is used only when no context is current.
-    """
+
+def current_context() -> int:
+    """The calling thread's current context handle, 0 when none is current."""
     _init()
     ctx = _void_p()
     _call("cuCtxGetCurrent", ctypes.byref(ctx))
-    if ctx.value:
-        return ctx.value
-    if ordinal is None:
-        ordinal = int(os.environ.get("ONNXOPT_CUDA_DEVICE", "0"))
-    dev = ctypes.c_int()
-    _call("cuDeviceGet", ctypes.byref(dev), ordinal)
-    _call("cuDevicePrimaryCtxRetain", ctypes.byref(ctx), dev)
-    _call("cuCtxSetCurrent", ctx)
-    return ctx.value
+    return ctx.value or 0
 
 
 def current_device() -> int:
-    ensure_context()
+    """The device ordinal of the current context (one must be current)."""
     dev = ctypes.c_int()
     _call("cuCtxGetDevice", ctypes.byref(dev))
     return dev.value
 
 
-@functools.cache
-def _attribute(device: int, attr: int) -> int:
-    dev = ctypes.c_int()
-    _call("cuDeviceGet", ctypes.byref(dev), device)
-    value = ctypes.c_int()
-    _call("cuDeviceGetAttribute", ctypes.byref(value), attr, dev)
-    return value.value
-
-
-def compute_capability(device: int | None = None) -> tuple[int, int]:
-    device = current_device() if device is None else device
-    return (
-        _attribute(device, ATTR_COMPUTE_CAPABILITY_MAJOR),
-        _attribute(device, ATTR_COMPUTE_CAPABILITY_MINOR),
-    )
-
-
-def multiprocessor_count(device: int | None = None) -> int:
-    device = current_device() if device is None else device
-    return _attribute(device, ATTR_MULTIPROCESSOR_COUNT)
-
-
-def max_shared_memory_optin(device: int | None = None) -> int:
-    device = current_device() if device is None else device
-    return _attribute(device, ATTR_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)
-
-
 def load_module(image: bytes) -> int:
-    """cuModuleLoadData on a cubin image, in the current context."""
-    ensure_context()
+    """cuModuleLoadData on a cubin or PTX image, in the current context (PTX is compiled by
+    the driver for the device, once, into its JIT cache)."""
     mod = _void_p()
+    if not image.endswith(b"\0"):
+        image += b"\0"  # PTX is read as a C string; a cubin ignores the extra byte
     buf = ctypes.create_string_buffer(image, len(image))
     _call("cuModuleLoadData", ctypes.byref(mod), buf)
     return mod.value
@@ -216,7 +187,8 @@ def launch(
     smem: int = 0,
     stream: int = 0,
 ) -> None:
-    """cuLaunchKernel. ``args`` are ctypes scalars matching the kernel's parameter list exactly."""
+    """cuLaunchKernel on any stream handle. ``args`` are ctypes scalars matching the kernel's
+    parameter list exactly (``launch_args.pack`` builds them from the kernel's declaration)."""
     params = (_void_p * len(args))(*[ctypes.addressof(a) for a in args])
     _call(
         "cuLaunchKernel",
@@ -232,49 +204,3 @@ def launch(
         params,
         None,
     )
-
-
-# --- memory and streams: used by the GPU tests, never by the launch path -----------------------
-
-
-def mem_alloc(nbytes: int) -> int:
-    ensure_context()
-    ptr = ctypes.c_uint64()
-    _call("cuMemAlloc_v2", ctypes.byref(ptr), max(int(nbytes), 1))
-    return ptr.value
-
-
-def mem_free(ptr: int) -> None:
-    _call("cuMemFree_v2", ctypes.c_uint64(ptr))
-
-
-def memcpy_htod(dst: int, host_ptr: int, nbytes: int) -> None:
-    """Copy ``nbytes`` from host address ``host_ptr`` (e.g. ``ndarray.ctypes.data``)."""
-    _call("cuMemcpyHtoD_v2", ctypes.c_uint64(dst), _void_p(host_ptr), nbytes)
-
-
-def memcpy_dtoh(host_ptr: int, src: int, nbytes: int) -> None:
-    _call("cuMemcpyDtoH_v2", _void_p(host_ptr), ctypes.c_uint64(src), nbytes)
-
-
-def memset_d8(ptr: int, value: int, nbytes: int) -> None:
-    _call("cuMemsetD8_v2", ctypes.c_uint64(ptr), value, nbytes)
-
-
-def synchronize() -> None:
-    _call("cuCtxSynchronize")
-
-
-def stream_create() -> int:
-    ensure_context()
-    s = _void_p()
-    _call("cuStreamCreate", ctypes.byref(s), 1)  # CU_STREAM_NON_BLOCKING
-    return s.value
-
-
-def stream_synchronize(stream: int) -> None:
-    _call("cuStreamSynchronize", _void_p(stream or None))
-
-
-def stream_destroy(stream: int) -> None:
-    _call("cuStreamDestroy_v2", _void_p(stream))

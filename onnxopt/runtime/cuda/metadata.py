@@ -1,9 +1,11 @@
-"""Launch metadata of the CUDA kernel families: ``kernels/<family>.json`` beside each ``.cu``.
+"""The declarations of the CUDA kernel families: ``kernels/<family>.json`` beside each ``.cu``.
 
-The JSON is the single statement of what a kernel family offers (entry points, template
-specialisations and their tiles, dtypes, head dims, shared memory as a formula of the tile,
-minimum compute capability, determinism). The launch wrappers read it to size launches, the
-tests check it against the sources, and the kernel registry can read it to state capabilities.
+The JSON is the one statement of a kernel family: its parameter list in order (the launch
+packing is generated from it, ``launch_args``), the ORT custom ops it is exposed as (their
+ports and attributes, ``onnxopt.runtime.ops``), the kernel records selection offers
+(``onnxopt.select.pycuda_kernels``), and its specialisations (entry points, tiles, dtypes,
+head-dim buckets, shared memory as a formula of the tile, minimum compute capability,
+determinism). The tests check it against the ``.cu`` both ways.
 """
 
 from __future__ import annotations
@@ -19,11 +21,6 @@ from typing import Any
 FAMILIES = ("flash_attention", "layer_norm", "activations")
 
 ELEM_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
-
-# The most dynamic shared memory one block may opt into on sm_80 / sm_90 (227 KB on both).
-MAX_SMEM_OPTIN = 227 * 1024
-# Without the opt-in attribute a launch may use at most this much.
-DEFAULT_SMEM_LIMIT = 48 * 1024
 
 
 def kernels_dir() -> Path:
@@ -68,10 +65,29 @@ def smem_bytes(family: str, v: dict[str, Any]) -> int:
     meta = load(family)
     formula = meta["kinds"][v["kind"]]["smem_bytes"] if "kind" in v else meta["smem_bytes"]
     names = {k: val for k, val in v.items() if isinstance(val, int)}
-    if "head_dim" in v:
-        names["D"] = v["head_dim"]
     names["ELEM_BYTES"] = ELEM_BYTES[v["dtype"]]
     return int(evaluate(formula, names))
+
+
+def params(family: str, op: str | None = None) -> list[tuple[str, str]]:
+    """The entry points' parameter list, in order: (name, type) with type ptr/i32/i64/f32.
+    Families with several kernel signatures (activations) key them by ``op``."""
+    declared = load(family)["params"]
+    if isinstance(declared, dict):
+        if op is None:
+            raise KeyError(f"{family} declares several signatures; name one of {sorted(declared)}")
+        declared = declared[op]
+    return [(str(name), str(kind)) for name, kind in declared]
+
+
+def ops(family: str) -> dict[str, dict[str, Any]]:
+    """The ORT custom ops the family is exposed as: op type -> inputs, outputs, attrs."""
+    return load(family)["ops"]
+
+
+def records(family: str) -> list[dict[str, Any]]:
+    """The kernel records selection offers for the family (name, implements, op, cost...)."""
+    return load(family)["records"]
 
 
 def min_compute_capability(family: str, v: dict[str, Any]) -> tuple[int, int]:

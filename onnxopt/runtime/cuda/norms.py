@@ -6,8 +6,8 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from . import driver, loader, metadata
-from ._args import aligned, canonical_dtype, cdiv, check_positive, f32, i32, ptr
+from . import driver, launch_args, loader, metadata
+from ._args import aligned, canonical_dtype, cdiv, check_positive
 
 FAMILY = "layer_norm"
 
@@ -66,17 +66,10 @@ def _launch(
         dtype, hidden, x_ptr, residual_ptr, gamma_ptr, beta_ptr, y_ptr, sum_out_ptr
     )
     kernel = loader.get(FAMILY, v["entry"])
-    args = (
-        ptr(x_ptr),
-        ptr(residual_ptr),
-        ptr(gamma_ptr),
-        ptr(beta_ptr),
-        ptr(y_ptr),
-        ptr(sum_out_ptr),
-        i32(hidden),
-        f32(eps),
-        i32(1 if rms else 0),
-    )
+    args = launch_args.pack(FAMILY, {
+        "x": x_ptr, "residual": residual_ptr, "gamma": gamma_ptr, "beta": beta_ptr, "y": y_ptr,
+        "sum_out": sum_out_ptr, "N": hidden, "eps": eps, "rms": 1 if rms else 0,
+    })
     driver.launch(kernel.function, (rows, 1, 1), (threads, 1, 1), args, kernel.smem, stream)
 
 

@@ -27,22 +27,34 @@ __all__ = [
 
 
 def attention_mask(
-    sq: int, skv: int, *, causal: bool = False, kv_len: int | None = None
+    sq: int,
+    skv: int,
+    *,
+    causal: bool = False,
+    kv_len: int | None = None,
+    kv_start: int | None = None,
+    causal_offset: int | None = None,
 ) -> np.ndarray:
     """Boolean [sq, skv] matrix, True where query i may attend to key j.
 
-    Causal masking is bottom-right aligned: query i sees key j iff j <= i + (skv - sq), so the
-    last query row sees every key (the decoder-with-KV-cache convention). Padding: keys
-    j >= kv_len are hidden (kv_len is clamped to [0, skv]).
+    Key range: keys j < kv_start or j >= kv_len (the range's end) are hidden, both clamped to
+    [0, skv] (left and right padding). Causal: query i sees key j iff j <= i + off with
+    off = causal_offset, or skv - sq when that is None (bottom-right: the last query row sees
+    every key, the decoder-with-KV-cache convention).
     """
     i = np.arange(sq)[:, None]
     j = np.arange(skv)[None, :]
     visible = np.ones((sq, skv), dtype=bool)
+    start = 0 if kv_start is None else min(max(int(kv_start), 0), skv)
+    end = skv if kv_len is None else min(max(int(kv_len), start), skv)
+    visible &= (j >= start) & (j < end)
     if causal:
-        visible &= j <= i + (skv - sq)
-    if kv_len is not None:
-        visible &= j < min(max(int(kv_len), 0), skv)
+        off = skv - sq if causal_offset is None else int(causal_offset)
+        visible &= j <= i + off
     return visible
+
+
+BIAS_FLOOR = -1e30  # finite bias values below this are clamped (the kernel scales by log2(e))
 
 
 def attention(
@@ -53,12 +65,18 @@ def attention(
     scale: float | None = None,
     causal: bool = False,
     kv_lens: np.ndarray | None = None,
+    kv_start: np.ndarray | None = None,
+    causal_offset: np.ndarray | None = None,
+    bias: np.ndarray | None = None,
 ) -> np.ndarray:
-    """softmax(Q K^T * scale + mask) V over BNSH tensors, in float64.
+    """softmax(Q K^T * scale + bias + mask) V over BNSH tensors, in float64.
 
     q [B, H, Sq, D]; k, v [B, Hkv, Skv, D] with H % Hkv == 0 (grouped-query attention: query
-    head h reads kv head h // (H // Hkv)). scale defaults to 1 / sqrt(D). kv_lens: int [B] valid
-    key count per batch (padding mask), or None. A query row with no visible key yields 0.
+    head h reads kv head h // (H // Hkv)). scale defaults to 1 / sqrt(D). Per batch row b:
+    keys outside [kv_start[b], kv_lens[b]) are masked (left and right padding; either may be
+    None); causal uses causal_offset[b] (None: bottom-right). bias: additive, broadcastable to
+    [B, H, Sq, Skv]; -inf masks a key, finite values below -1e30 count as -1e30. A query row
+    with no visible key, or only -inf logits, yields 0.
     """
     q = np.asarray(q, dtype=np.float64)
     k = np.asarray(k, dtype=np.float64)
@@ -75,14 +93,21 @@ def attention(
     k = np.repeat(k, group, axis=1)
     v = np.repeat(v, group, axis=1)
     scores = np.einsum("bhid,bhjd->bhij", q, k) * scale
+    if bias is not None:
+        extra = np.asarray(bias, dtype=np.float64)
+        extra = np.where(extra == -np.inf, -np.inf, np.maximum(extra, BIAS_FLOOR))
+        scores = scores + np.broadcast_to(extra, scores.shape)
     out = np.zeros((b, h, sq, d), dtype=np.float64)
     for bi in range(b):
-        kv_len = None if kv_lens is None else int(kv_lens[bi])
-        visible = attention_mask(sq, skv, causal=causal, kv_len=kv_len)
+        visible = attention_mask(
+            sq, skv, causal=causal,
+            kv_len=None if kv_lens is None else int(kv_lens[bi]),
+            kv_start=None if kv_start is None else int(kv_start[bi]),
+            causal_offset=None if causal_offset is None else int(causal_offset[bi]))
         s = np.where(visible, scores[bi], -np.inf)
         m = s.max(axis=-1, keepdims=True)
         m = np.where(np.isfinite(m), m, 0.0)
-        p = np.where(visible, np.exp(s - m), 0.0)
+        p = np.where(s > -np.inf, np.exp(s - m), 0.0)
         denom = p.sum(axis=-1, keepdims=True)
         p = np.divide(p, denom, out=np.zeros_like(p), where=denom > 0)
         out[bi] = p @ v[bi]

@@ -1,10 +1,10 @@
 """``ai.onnxopt.cuda::BiasGelu`` and ``::SwiGLU``: ``kernels/activations.cu`` as ORT custom ops.
 
-    Y = BiasGelu(X, bias?) <approximate: str ("none" | "tanh"), kernel: str>
-    Y = SwiGLU(gate, up)   <kernel: str>                      silu(gate) * up
+    Y = BiasGelu(X, bias?) <approximate: str ("none" | "tanh")>
+    Y = SwiGLU(gate, up)                                      silu(gate) * up
 
-One dtype for all tensors; ``bias`` is ``[X.shape[-1]]``; gate and up have one shape.
-``kernel`` names the vector specialisation chosen at selection (e.g. ``gelu_f16_v8``).
+One dtype for all tensors; ``bias`` is ``[X.shape[-1]]``; gate and up have one shape. The
+launch wrapper picks the vector width per call; the node names no specialisation.
 """
 
 from __future__ import annotations
@@ -36,12 +36,12 @@ def _check_swiglu(gate, up) -> tuple[int, int]:
     return _rows_cols(gate.shape)
 
 
-def bias_gelu_cpu(x, bias=None, *, approximate="none", kernel=""):
+def bias_gelu_cpu(x, bias=None, *, approximate="none"):
     _check_gelu(x, bias)
     return ref.bias_gelu(x, bias, approximate=approximate).astype(x.dtype)
 
 
-def swiglu_cpu(gate, up, *, kernel=""):
+def swiglu_cpu(gate, up):
     _check_swiglu(gate, up)
     return ref.swiglu(gate, up).astype(gate.dtype)
 
@@ -50,7 +50,7 @@ def first_shape(x, *_, **__):
     return [x.shape]
 
 
-def bias_gelu_cuda(ctx, x, bias=None, *, out, approximate="none", kernel=""):
+def bias_gelu_cuda(ctx, x, bias=None, *, out, approximate="none"):
     rows, cols = _check_gelu(x, bias)
     if rows * cols == 0:
         return
@@ -58,15 +58,13 @@ def bias_gelu_cuda(ctx, x, bias=None, *, out, approximate="none", kernel=""):
               ctx.stream)
 
 
-def swiglu_cuda(ctx, gate, up, *, out, kernel=""):
+def swiglu_cuda(ctx, gate, up, *, out):
     rows, cols = _check_swiglu(gate, up)
     if rows * cols == 0:
         return
     swiglu(gate.ptr, up.ptr, out.ptr, rows, cols, dtype_name(gate.dtype), ctx.stream)
 
 
-declare("BiasGelu", inputs=["X: T", "bias?: T"], outputs=["Y: T"],
-        attrs={"approximate": str, "kernel": str}, cpu=bias_gelu_cpu, cuda=bias_gelu_cuda,
-        shape=first_shape)
-declare("SwiGLU", inputs=["gate: T", "up: T"], outputs=["Y: T"], attrs={"kernel": str},
-        cpu=swiglu_cpu, cuda=swiglu_cuda, shape=first_shape)
+FAMILY = "activations"
+declare(FAMILY, "BiasGelu", cpu=bias_gelu_cpu, cuda=bias_gelu_cuda, shape=first_shape)
+declare(FAMILY, "SwiGLU", cpu=swiglu_cpu, cuda=swiglu_cuda, shape=first_shape)

@@ -1,21 +1,19 @@
 """``ai.onnxopt.cuda::FlashAttention``: ``kernels/flash_attention.cu`` as an ORT custom op.
 
-    O = FlashAttention(Q, K, V, kv_lens?, key_padding_mask?)
-        <kernel: str, tile_m: int, tile_n: int, warps: int, scale: float, causal: int>
+    O = FlashAttention(Q, K, V, bias?, kv_start?, kv_end?, causal_offset?)
+        <scale: float, causal: int>
 
 Q ``[B, H, Sq, D]``, K/V ``[B, Hkv, Skv, D]`` (BNSH, ``H % Hkv == 0``; rank 3 ``[B, S, D]`` is
-one head), all float16, bfloat16 or float32; O like Q. ``kv_lens`` int32 ``[B]``: valid keys
-per batch row (keys ``j >= kv_lens[b]`` are masked). ``key_padding_mask`` ``[B, Skv]`` (any
-dtype, nonzero = keep), the mask ``kv_lens`` was computed from (``ReduceSum`` in the graph):
-when present, every call checks that each row is right-padded, the only case in which
-lengths and mask mean the same; a left-padded row or a hole raises. The CUDA kernel reads
-this input from host memory (``on_cpu``), so the check costs no device synchronisation when
-the mask is fed from the host; drop the input (``drop_padding_checks``) to keep every input
-on the device, e.g. for CUDA-graph capture.
+one head), all float16, bfloat16 or float32, D a multiple of 8 up to 256; O like Q.
+``bias`` (Q's dtype): an additive bias or mask broadcastable to ``[B, H, Sq, Skv]`` (ALiBi,
+relative positions, padding as ``-inf``). ``kv_start``/``kv_end`` int32 ``[B]``: the visible
+key range of each batch row (left and right padding). ``causal``: query i sees key
+j <= i + off, with off = ``causal_offset[b]`` (int32 ``[B]``: key/value caches whose diagonal
+is elsewhere) or ``Skv - Sq`` (bottom-right). Rows with no visible key give 0.
 
-``kernel`` names the template specialisation (entry point of ``flash_attention.cu``, e.g.
-``fa_tc_f16_d64_bm128_bn64``) chosen at selection; ``tile_m``/``tile_n``/``warps`` spell out its
-tile for readers. ``causal`` is bottom-right aligned. Fully masked rows give 0.
+The node names no kernel specialisation and no tile: the CUDA kernel picks them at run time
+from the device's real limits (``onnxopt.runtime.cuda.attention.select_variant``), so one
+model runs on any GPU of compute capability 8.0 or newer. Every input stays on the device.
 """
 
 from __future__ import annotations
@@ -26,22 +24,14 @@ import numpy as np
 
 from onnxopt.runtime.cuda import flash_attention
 from onnxopt.runtime.cuda import reference as ref
-from onnxopt.runtime.registry import Port
 
-from ._common import address, declare, dtype_name, right_padded_lengths
+from ._common import address, declare, dtype_name
 
+FAMILY = "flash_attention"
 OP = "FlashAttention"
-ATTRS = {"kernel": str, "tile_m": int, "tile_n": int, "warps": int, "scale": float, "causal": int}
-INPUTS = [
-    "Q: T",
-    "K: T",
-    "V: T",
-    "kv_lens?: int32",
-    Port("key_padding_mask", "any", optional=True, on_cpu=True),
-]
 
 
-def dims(q_shape, k_shape, v_shape, lens_shape=None) -> tuple[int, int, int, int, int, int]:
+def dims(q_shape, k_shape, v_shape) -> tuple[int, int, int, int, int, int]:
     """(B, H, Hkv, Sq, Skv, D) from the tensors' shapes; raises on anything the kernel
     cannot take (it only sees pointers and these integers)."""
     q_shape, k_shape, v_shape = (tuple(int(d) for d in s) for s in (q_shape, k_shape, v_shape))
@@ -58,58 +48,56 @@ def dims(q_shape, k_shape, v_shape, lens_shape=None) -> tuple[int, int, int, int
         raise ValueError(f"Q {list(q_shape)} and K {list(k_shape)} disagree on batch or head size")
     if h % hkv:
         raise ValueError(f"{h} query heads cannot share {hkv} key/value heads")
-    if lens_shape is not None and tuple(lens_shape) != (b,):
-        raise ValueError(f"kv_lens must be [{b}], got {list(lens_shape)}")
     return b, h, hkv, sq, skv, d
 
 
-def _lengths(kv_lens, key_padding_mask, batch: int, keys: int):
-    lens = None if kv_lens is None else np.asarray(kv_lens, np.int32)
-    if key_padding_mask is not None:
-        if tuple(key_padding_mask.shape) != (batch, keys):
-            raise ValueError(f"key_padding_mask must be [{batch}, {keys}], "
-                             f"got {list(key_padding_mask.shape)}")
-        checked = right_padded_lengths(key_padding_mask)
-        if lens is None:
-            lens = checked
-    return lens
+def _check_rows(batch: int, **rows) -> None:
+    for name, t in rows.items():
+        if t is not None and tuple(t.shape) != (batch,):
+            raise ValueError(f"{name} must be [{batch}], got {list(t.shape)}")
 
 
-def attention_cpu(q, k, v, kv_lens=None, key_padding_mask=None, *, kernel="", tile_m=0,
-                  tile_n=0, warps=0, scale=0.0, causal=0):
+def _bias4(bias, rank: int):
+    """The bias's shape as seen by a rank-4 computation (rank-3 nodes are one head)."""
+    shape = tuple(int(d) for d in bias.shape)
+    if rank == 3 and len(shape) == 3:
+        shape = (shape[0], 1, shape[1], shape[2])
+    return shape
+
+
+def attention_cpu(q, k, v, bias=None, kv_start=None, kv_end=None, causal_offset=None, *,
+                  scale=0.0, causal=0):
     """The NumPy reference (float64), rounded to Q's dtype."""
-    b, h, hkv, sq, skv, d = dims(q.shape, k.shape, v.shape,
-                                 None if kv_lens is None else kv_lens.shape)
-    lens = _lengths(kv_lens, key_padding_mask, b, skv)
-    shape4 = (b, h, sq, d)
-    kv4 = (b, hkv, skv, d)
+    b, h, hkv, sq, skv, d = dims(q.shape, k.shape, v.shape)
+    _check_rows(b, kv_start=kv_start, kv_end=kv_end, causal_offset=causal_offset)
+    shape4, kv4 = (b, h, sq, d), (b, hkv, skv, d)
+    extra = None
+    if bias is not None:
+        extra = np.asarray(bias, np.float64).reshape(_bias4(bias, q.ndim))
+        np.broadcast_shapes(extra.shape, (b, h, sq, skv))  # raises when it does not broadcast
     out = ref.attention(np.asarray(q).reshape(shape4), np.asarray(k).reshape(kv4),
                         np.asarray(v).reshape(kv4), scale=scale or 1.0 / math.sqrt(d),
-                        causal=bool(causal), kv_lens=lens)
+                        causal=bool(causal), kv_start=kv_start, kv_lens=kv_end,
+                        causal_offset=causal_offset, bias=extra)
     return out.reshape(q.shape).astype(q.dtype)
 
 
-def attention_shape(q, k, v, kv_lens=None, key_padding_mask=None, **_):
+def attention_shape(q, *_, **__):
     return [q.shape]
 
 
-def attention_cuda(ctx, q, k, v, kv_lens=None, key_padding_mask=None, *, out, kernel="",
-                   tile_m=0, tile_n=0, warps=0, scale=0.0, causal=0):
-    """One launch on ORT's stream: no allocation, no synchronisation (the padding check reads
-    a host-memory input)."""
-    b, h, hkv, sq, skv, d = dims(q.shape, k.shape, v.shape,
-                                 None if kv_lens is None else kv_lens.shape)
-    if key_padding_mask is not None:
-        if kv_lens is None:
-            raise ValueError("key_padding_mask without kv_lens: the CUDA kernel reads lengths "
-                             "from the device, computed in the graph")
-        _lengths(None, key_padding_mask, b, skv)
+def attention_cuda(ctx, q, k, v, bias=None, kv_start=None, kv_end=None, causal_offset=None, *,
+                   out, scale=0.0, causal=0):
+    """One launch on ORT's stream: no allocation, no synchronisation."""
+    b, h, hkv, sq, skv, d = dims(q.shape, k.shape, v.shape)
+    _check_rows(b, kv_start=kv_start, kv_end=kv_end, causal_offset=causal_offset)
     if b == 0 or h == 0 or sq == 0:
         return
-    tile = kernel or ((tile_m, tile_n) if tile_m and tile_n else None)
-    flash_attention(q.ptr, k.ptr, v.ptr, out.ptr, address(kv_lens), b, h, hkv, sq, skv, d,
-                    scale or None, bool(causal), dtype_name(q.dtype), ctx.stream, tile=tile)
+    flash_attention(q.ptr, k.ptr, v.ptr, out.ptr, b, h, hkv, sq, skv, d, scale or None,
+                    bool(causal), dtype_name(q.dtype), ctx.stream, bias_ptr=address(bias),
+                    bias_shape=() if bias is None else _bias4(bias, len(q.shape)),
+                    kv_start_ptr=address(kv_start), kv_end_ptr=address(kv_end),
+                    causal_offset_ptr=address(causal_offset))
 
 
-declare(OP, inputs=INPUTS, outputs=["O: T"], attrs=ATTRS, cpu=attention_cpu,
-        cuda=attention_cuda, shape=attention_shape)
+declare(FAMILY, OP, cpu=attention_cpu, cuda=attention_cuda, shape=attention_shape)

@@ -11,6 +11,8 @@ import numpy as np
 import onnx
 import onnx.parser
 
+from onnxopt.runtime.tensors import numpy_dtype
+
 _CODE = {"float32": 1, "float16": 10, "bfloat16": 16}
 _TEXT = {"float32": "float", "float16": "float16", "bfloat16": "bfloat16"}
 
@@ -76,7 +78,6 @@ def attention_feeds(model: onnx.ModelProto, batch: int, seq: int, *, seed: int =
                     pad: tuple[int, ...] = ()) -> dict[str, np.ndarray]:
     """Random q, k, v for ``model`` and a right-padded ``attention_mask`` (row i loses its last
     ``pad[i]`` keys)."""
-    from onnxopt.runtime.tensors import numpy_dtype
 
     rng = np.random.default_rng(seed)
     feeds = {}

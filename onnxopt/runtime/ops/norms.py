@@ -1,13 +1,13 @@
 """``ai.onnxopt.cuda::LayerNorm`` and ``::RMSNorm``: ``kernels/layer_norm.cu`` as ORT custom ops.
 
-    Y, S? = LayerNorm(X, gamma?, beta?, residual?) <epsilon: float, kernel: str>
-    Y, S? = RMSNorm(X, gamma?, residual?)          <epsilon: float, kernel: str>
+    Y, S? = LayerNorm(X, gamma?, beta?, residual?) <epsilon: float>
+    Y, S? = RMSNorm(X, gamma?, residual?)          <epsilon: float>
 
 Over the last axis of ``v = X + residual`` (``S = v``, rounded to X's dtype, is the optional
 second output: the next block's residual). All tensors share one dtype; gamma/beta are
 ``[hidden]``, residual is shaped like X. Statistics are computed in float32 by the kernel.
-``kernel`` names the specialisation chosen for the static hidden size (e.g. ``ln_f16_v8``);
-the launch wrapper falls back to the scalar variant for pointers that are not 16-byte aligned.
+The launch wrapper picks the vector width per call from the hidden size and the pointers'
+alignment; the node names no specialisation.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from onnxopt.runtime.cuda import reference as ref
 
 from ._common import address, declare, dtype_name
 
-ATTRS = {"epsilon": float, "kernel": str}
+FAMILY = "layer_norm"
 
 
 def _check(x_shape, gamma=None, beta=None, residual=None) -> tuple[int, int]:
@@ -45,14 +45,14 @@ def _sum(x, residual):
     return (np.asarray(x, np.float64) + np.asarray(residual, np.float64)).astype(x.dtype)
 
 
-def layer_norm_cpu(x, gamma=None, beta=None, residual=None, *, epsilon=1e-5, kernel=""):
+def layer_norm_cpu(x, gamma=None, beta=None, residual=None, *, epsilon=1e-5):
     _check(x.shape, gamma, beta, residual)
     v = _sum(x, residual)
     y, _ = ref.layer_norm(v, gamma, beta, eps=epsilon)
     return y.astype(x.dtype), v
 
 
-def rms_norm_cpu(x, gamma=None, residual=None, *, epsilon=1e-6, kernel=""):
+def rms_norm_cpu(x, gamma=None, residual=None, *, epsilon=1e-6):
     _check(x.shape, gamma, None, residual)
     v = _sum(x, residual)
     y, _ = ref.rms_norm(v, gamma, eps=epsilon)
@@ -68,8 +68,7 @@ def _outputs(out):
     return y, s
 
 
-def layer_norm_cuda(ctx, x, gamma=None, beta=None, residual=None, *, out, epsilon=1e-5,
-                    kernel=""):
+def layer_norm_cuda(ctx, x, gamma=None, beta=None, residual=None, *, out, epsilon=1e-5):
     rows, hidden = _check(x.shape, gamma, beta, residual)
     y, s = _outputs(out)
     if s is not None and residual is None:
@@ -81,7 +80,7 @@ def layer_norm_cuda(ctx, x, gamma=None, beta=None, residual=None, *, out, epsilo
                sum_out_ptr=address(s))
 
 
-def rms_norm_cuda(ctx, x, gamma=None, residual=None, *, out, epsilon=1e-6, kernel=""):
+def rms_norm_cuda(ctx, x, gamma=None, residual=None, *, out, epsilon=1e-6):
     rows, hidden = _check(x.shape, gamma, None, residual)
     y, s = _outputs(out)
     if s is not None and residual is None:
@@ -92,8 +91,5 @@ def rms_norm_cuda(ctx, x, gamma=None, residual=None, *, out, epsilon=1e-6, kerne
              ctx.stream, residual_ptr=address(residual), sum_out_ptr=address(s))
 
 
-declare("LayerNorm", inputs=["X: T", "gamma?: T", "beta?: T", "residual?: T"],
-        outputs=["Y: T", "S?: T"], attrs=ATTRS, cpu=layer_norm_cpu, cuda=layer_norm_cuda,
-        shape=norm_shape)
-declare("RMSNorm", inputs=["X: T", "gamma?: T", "residual?: T"], outputs=["Y: T", "S?: T"],
-        attrs=ATTRS, cpu=rms_norm_cpu, cuda=rms_norm_cuda, shape=norm_shape)
+declare(FAMILY, "LayerNorm", cpu=layer_norm_cpu, cuda=layer_norm_cuda, shape=norm_shape)
+declare(FAMILY, "RMSNorm", cpu=rms_norm_cpu, cuda=rms_norm_cuda, shape=norm_shape)

@@ -42,19 +42,24 @@ class StageTimes:
 
 
 class _Pool:
-    """Device buffers reused by size, so steady-state calls allocate nothing."""
+    """Device buffers (PyCUDA allocations) reused by size, so steady-state calls allocate
+    nothing."""
 
     def __init__(self) -> None:
-        self.free: dict[int, list[int]] = defaultdict(list)
-        self.used: list[tuple[int, int]] = []
+        self.free: dict[int, list] = defaultdict(list)
+        self.used: list[tuple[int, object]] = []
 
     def take(self, nbytes: int) -> int:
-        from onnxopt.runtime.cuda import driver
+        from onnxopt.runtime.cuda import loader, pycuda_backend
 
         size = max(256, -(-nbytes // 256) * 256)
-        ptr = self.free[size].pop() if self.free[size] else driver.mem_alloc(size)
-        self.used.append((size, ptr))
-        return ptr
+        if self.free[size]:
+            alloc = self.free[size].pop()
+        else:
+            loader.ensure_context()
+            alloc = pycuda_backend.mem_alloc(size)
+        self.used.append((size, alloc))
+        return int(alloc)
 
     def give_back(self) -> None:
         for size, ptr in self.used:
@@ -70,7 +75,7 @@ TIMES = StageTimes()
 def _staged(spec: KernelSpec):
     @functools.wraps(spec.fn)  # the declaration reads attribute defaults from the signature
     def run(*inputs, out, **attrs):
-        from onnxopt.runtime.cuda import driver
+        from onnxopt.runtime.cuda import pycuda_backend as pyc
 
         host_outs = out if isinstance(out, tuple) else (out,)
         with _lock:
@@ -83,7 +88,7 @@ def _staged(spec: KernelSpec):
                 host = np.ascontiguousarray(value)
                 ptr = _pool.take(host.nbytes)
                 if host.nbytes:
-                    driver.memcpy_htod(ptr, host.ctypes.data, host.nbytes)
+                    pyc.memcpy_htod(ptr, host)
                 args.append(DeviceTensor(ptr, tuple(host.shape), host.dtype, readonly=True))
             # Only the outputs the node has (ORT passes None for an absent optional one).
             outs = [None if h is None else DeviceTensor(_pool.take(h.nbytes), h.shape, h.dtype)
@@ -92,11 +97,11 @@ def _staged(spec: KernelSpec):
             try:
                 spec.fn(KernelContext(0), *args, out=outs[0] if len(outs) == 1 else tuple(outs),
                         **attrs)
-                driver.synchronize()
+                pyc.synchronize()
                 t2 = time.perf_counter()
                 for h, d in zip(host_outs, outs):
                     if h is not None and h.nbytes:
-                        driver.memcpy_dtoh(h.ctypes.data, d.ptr, h.nbytes)
+                        pyc.memcpy_dtoh(h, d.ptr)
             finally:
                 _pool.give_back()
             t3 = time.perf_counter()
