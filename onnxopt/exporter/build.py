@@ -97,8 +97,12 @@ class ProtoWriter:
             if v.num_uses and v.name not in self._read and v not in outputs:
                 continue
             gp.initializer.append(self.tensor(v.const, v.name))
-        for _, sparse in g.sparse_initializers.values():
-            gp.sparse_initializer.append(sparse)
+        for _, protos in g.opaque_initializers.values():
+            for kept in protos:
+                if isinstance(kept, onnx.SparseTensorProto):
+                    gp.sparse_initializer.append(kept)
+                else:
+                    gp.initializer.append(kept)
         declared = g.declared_output_types
         if declared is not None and len(declared) != len(g.outputs):
             declared = None

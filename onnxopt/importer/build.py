@@ -26,13 +26,14 @@ from onnxopt.importer.load import (
     read_model_proto,
     resolve_external,
     tensor_bytes,
+    tensor_problem,
 )
 from onnxopt.importer.toposort import topological_order
 from onnxopt.ir.dtypes import dtype_name
 from onnxopt.ir.graph import Graph, NameScope
 from onnxopt.ir.model import Model
 from onnxopt.ir.node import Attr, Node
-from onnxopt.ir.opset_spelling import upgrade
+from onnxopt.ir.opset_spelling import make_opaque, upgrade
 from onnxopt.ir.semantics import annotate
 from onnxopt.ir.tensor import LazyTensor
 from onnxopt.ir.value import Shape, Value
@@ -173,24 +174,35 @@ class _Importer:
                   parent: Node | None) -> Graph:
         graph = Graph(g.name or "main", parent=parent, names=names)
         graph.doc_string = g.doc_string
-        initializers = {t.name: t for t in g.initializer}
+        groups: dict[str, list[TensorProto]] = {}
+        for t in g.initializer:
+            groups.setdefault(t.name, []).append(t)
         for vi in g.input:
             self._claim(scope, names, vi.name, "graph input")
             dtype, shape = type_of(vi.type)
             v = graph.add_input(vi.name, dtype, shape)
             v.type_proto = _other_type(vi.type)
             scope.values[vi.name] = v
-            if vi.name in initializers:
-                graph.input_defaults[vi.name] = self._tensor(initializers.pop(vi.name))
+            given = groups.pop(vi.name, [])
+            if len(given) == 1:
+                graph.input_defaults[vi.name] = self._tensor(given[0])
+            elif given:  # written back as they were: which one ONNX Runtime takes is its own
+                graph.opaque_initializers[vi.name] = (None, given)
             v.doc_string = vi.doc_string
         for p in g.node:  # ONNX Runtime takes the latest definition: a Constant node's
             if p.op_type == "Constant" and len(p.output) == 1:  # over an initializer's
-                initializers.pop(p.output[0], None)
-        for name, t in initializers.items():
+                groups.pop(p.output[0], None)
+        for name, protos in groups.items():
             self._claim(scope, names, name, "initializer")
-            scope.values[name] = graph.add_constant(self._tensor(t), name, exact_name=True)
+            t = protos[-1]
+            if len(protos) == 1 and tensor_problem(t) is None:
+                scope.values[name] = graph.add_constant(self._tensor(t), name, exact_name=True)
+            else:  # unreadable, or given twice (ORT's pick between them is its own): kept as is
+                scope.values[name] = self._opaque(name, protos, graph, t.data_type, tuple(t.dims))
         for sparse in g.sparse_initializer:
-            scope.values[sparse.values.name] = self._sparse(sparse, graph, scope, names)
+            self._claim(scope, names, sparse.values.name, "sparse initializer")
+            scope.values[sparse.values.name] = self._opaque(
+                sparse.values.name, [sparse], graph, sparse.values.data_type, tuple(sparse.dims))
         for index, node_proto in topological_order(g, scope.lookup, self.label):
             self._node(node_proto, graph, scope, index)
         outputs = []
@@ -218,14 +230,13 @@ class _Importer:
             raise ModelError(f"{self.label}: duplicate name '{name}' ({what} defined twice)")
         names.claim(name)
 
-    def _sparse(self, sparse: onnx.SparseTensorProto, graph: Graph, scope: _Scope,
-                names: NameScope) -> Value:
-        """A sparse initializer: a Value nodes can read, its proto kept for export."""
-        name = sparse.values.name
-        self._claim(scope, names, name, "sparse initializer")
-        v = Value(name, dtype_name(sparse.values.data_type), tuple(sparse.dims))
+    def _opaque(self, name: str, protos: list, graph: Graph, data_type: int,
+                dims: tuple) -> Value:
+        """An initializer no pass reads (sparse, of data onnxopt cannot read, or given more
+        than once): a Value nodes can read, its protos written back as they were."""
+        v = Value(name, dtype_name(data_type), dims)
         v.graph = graph
-        graph.sparse_initializers[name] = (v, sparse)
+        graph.opaque_initializers[name] = (v, protos)
         return v
 
     def _node(self, p: onnx.NodeProto, graph: Graph, scope: _Scope, index: int) -> None:
@@ -245,6 +256,7 @@ class _Importer:
         node.metadata = {m.key: m.value for m in getattr(p, "metadata_props", [])}
         where = (*self._path, index)
         node.attrs = {a.name: self._attr(a, graph, scope, node, where) for a in p.attribute}
+        unreadable = any(tensor_problem(a.t) for a in p.attribute if a.type == AttributeProto.TENSOR)
         inputs = []
         for name in p.input:
             if not name:
@@ -267,7 +279,10 @@ class _Importer:
         graph.append(node)
         graph.set_inputs(node, inputs)
         if node.domain in ("", "ai.onnx"):
-            upgrade(node, graph, self.opset)
+            if unreadable:
+                make_opaque(node)  # a tensor attribute of data onnxopt cannot read
+            else:
+                upgrade(node, graph, self.opset)
         annotate(node)
 
     # --- tensors and attributes -----------------------------------------------------------------
@@ -282,7 +297,7 @@ class _Importer:
             return None
         a = p.attribute[0]
         if a.name == "value":
-            return self._tensor(a.t)
+            return self._tensor(a.t) if tensor_problem(a.t) is None else None
         return _constant_from_attr(a)
 
     def _attr(self, a: AttributeProto, graph: Graph, scope: _Scope, node: Node,

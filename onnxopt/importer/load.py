@@ -205,3 +205,44 @@ def _tensors(graph: onnx.GraphProto):
                 yield from _tensors(a.g)
             for g in a.graphs:
                 yield from _tensors(g)
+
+
+_TYPED_FIELDS = {  # element type -> (field holding its values, values per element)
+    TensorProto.FLOAT: ("float_data", 1), TensorProto.COMPLEX64: ("float_data", 2),
+    TensorProto.DOUBLE: ("double_data", 1), TensorProto.COMPLEX128: ("double_data", 2),
+    TensorProto.INT64: ("int64_data", 1), TensorProto.UINT32: ("uint64_data", 1),
+    TensorProto.UINT64: ("uint64_data", 1), TensorProto.STRING: ("string_data", 1),
+    **{t: ("int32_data", 1) for t in (
+        TensorProto.INT32, TensorProto.INT16, TensorProto.INT8, TensorProto.UINT8,
+        TensorProto.UINT16, TensorProto.BOOL, TensorProto.FLOAT16, TensorProto.BFLOAT16)},
+}
+
+
+def tensor_problem(t: TensorProto) -> str | None:
+    """Why onnxopt cannot read a tensor's numbers, or None. Checked without reading them:
+    an element type NumPy has no equivalent for, segments, data whose size does not fit
+    the type and shape. Such a tensor is kept as it is and no pass reads it."""
+    if t.HasField("segment"):
+        return "it is stored in segments"
+    name = dtype_name(t.data_type)
+    if name is None or name.startswith("type"):
+        return f"element type {t.data_type} is unknown"
+    if t.data_location == TensorProto.EXTERNAL:
+        return None  # its length is checked where its location is resolved
+    count = 1
+    for d in t.dims:
+        if d < 0:
+            return "it has a negative dimension"
+        count *= d
+    if t.HasField("raw_data"):
+        expected = _expected_nbytes(t)
+        if expected is not None and len(t.raw_data) != expected:
+            return f"{len(t.raw_data)} bytes of data where its type and shape need {expected}"
+        return None
+    field, per = _TYPED_FIELDS.get(t.data_type, (None, 1))
+    if field is None:
+        return None if count == 0 else "its element type has no typed field"
+    have = len(getattr(t, field))
+    if have != count * per:
+        return f"{have} values where its type and shape need {count * per}"
+    return None

@@ -59,9 +59,9 @@ class Graph:
         "inputs",
         "name",
         "names",
+        "opaque_initializers",
         "outputs",
         "parent",
-        "sparse_initializers",
     )
 
     def __init__(self, name: str = "main", *, parent: Node | None = None,
@@ -79,9 +79,11 @@ class Graph:
         self._output_set: set[Value] | None = None
         # Initializers that share a name with a graph input: defaults a caller may override.
         self.input_defaults: dict[str, LazyTensor] = {}
-        # Sparse initializers, kept as their protos (no pass reads sparse numbers), each with
-        # the Value that nodes read: name -> (Value, SparseTensorProto).
-        self.sparse_initializers: dict[str, tuple[Value, object]] = {}
+        # Initializers no pass reads — sparse ones, dense ones whose data onnxopt cannot read
+        # (an unknown element type, segments, a size that does not fit), names given twice —
+        # kept as their protos, with the Value nodes read (None for a graph input's):
+        # name -> (Value | None, [Sparse/TensorProto, ...]).
+        self.opaque_initializers: dict[str, tuple[Value | None, list]] = {}
         # A subgraph read from a file: the types its outputs were declared with (TypeProtos,
         # by position), written back as they were. Inferring more than the file said can make
         # ONNX Runtime's load-time checks stricter than its kernels (a [1]-shaped If output

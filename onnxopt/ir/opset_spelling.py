@@ -76,11 +76,11 @@ def upgrade(node: Node, graph: Graph, opset: int) -> None:
     operands typed like the data (``Pad``'s value, ``Clip``'s bounds).
     """
     if opset < OLDEST_MODELLED_OPSET or _off_schema(node, opset):
-        _make_opaque(node)
+        make_opaque(node)
         return
     if node.op_type in _AXIS_COERCING and opset < 13:
         if not _coerced_axis_is_last(node):
-            _make_opaque(node)
+            make_opaque(node)
         return
     entry = MOVED_SINCE.get(node.op_type)
     if entry is None or opset >= entry[0]:
@@ -93,7 +93,7 @@ def upgrade(node: Node, graph: Graph, opset: int) -> None:
             continue
         array = _attr_array(node.attr(m.attr), m.kind, None if data is None else data.dtype)
         if array is None:
-            _make_opaque(node)
+            make_opaque(node)
             return
         const = graph.add_constant(LazyTensor.from_array(array), hint=f"{node.name}_{m.attr}")
         while len(new_inputs) <= m.index:
@@ -107,30 +107,56 @@ def upgrade(node: Node, graph: Graph, opset: int) -> None:
 
 
 def _off_schema(node: Node, opset: int) -> bool:
-    """The node does not fit its op's schema at ``opset``: no such op, an attribute it does
-    not have or of another type. ONNX Runtime refuses such a node; no pass may read it."""
-    attrs = _schema_attributes(node.op_type, opset)
-    if attrs is None:
+    """The node does not fit its op's schema at ``opset``: no such op, an attribute it does not
+    have or of another type, a count of inputs or outputs outside the schema's range, or a
+    required input omitted. ONNX Runtime refuses such a node; no pass may read it."""
+    schema = _schema(node.op_type, opset)
+    if schema is None:
         return True
+    attrs, (min_in, max_in), options, (min_out, max_out) = schema
     for name, attr in node.attrs.items():
         if isinstance(attr.value, tuple) and len(attr.value) == 2 and attr.value[0] == "ref":
             continue  # a function body's reference to its caller's attribute
         if attrs.get(name) != attr.type:
             return True
+    inputs = node.inputs
+    if not min_in <= len(inputs) <= max_in or not min_out <= len(node.outputs) <= max_out:
+        return True
+    for k, value in enumerate(inputs):
+        option = options[min(k, len(options) - 1)] if options else "optional"
+        if value is None and option != "optional":
+            return True
+    return _bad_values(node)
+
+
+def _bad_values(node: Node) -> bool:
+    """Attribute values no runtime accepts, where passes would read them as meaning something:
+    a Transpose ``perm`` that is not a permutation of the input's axes."""
+    if node.op_type == "Transpose" and "perm" in node.attrs:
+        perm = list(node.attr("perm"))
+        x = node.input(0)
+        rank = len(perm) if x is None or x.rank is None else x.rank
+        return sorted(perm) != list(range(rank))
     return False
 
 
 @functools.lru_cache(maxsize=4096)
-def _schema_attributes(op_type: str, opset: int) -> dict[str, int] | None:
-    """Attribute name -> AttributeProto type code of the op at ``opset`` (None: no such op)."""
+def _schema(op_type: str, opset: int):
+    """(attribute name -> AttributeProto type, (min, max) inputs, each formal input's option
+    — "single", "optional" or "variadic" —, (min, max) outputs) of the op at ``opset``; None
+    when ONNX has no such op."""
     try:
         schema = onnx.defs.get_schema(op_type, max_inclusive_version=opset, domain="")
     except onnx.defs.SchemaError:
         return None
-    return {name: int(a.type) for name, a in schema.attributes.items()}
+    options = [str(i.option).rsplit(".", 1)[-1].lower() for i in schema.inputs]
+    return ({name: int(a.type) for name, a in schema.attributes.items()},
+            (schema.min_input, schema.max_input), options,
+            (schema.min_output, schema.max_output))
 
 
-def _make_opaque(node: Node) -> None:
+def make_opaque(node: Node) -> None:
+    """Keep ``node`` out of every pass's sight until export (see the module docstring)."""
     node.sem["onnx_domain"] = node.domain
     node.domain = LEGACY_DOMAIN
 

@@ -101,7 +101,7 @@ class LazyTensor:
                 array = numpy_helper.to_array(self._proto)
             if array.shape != self.shape:
                 raise ValueError(f"{array.size} elements for shape {list(self.shape)}")
-        except (ValueError, TypeError) as e:
+        except (ValueError, TypeError, KeyError) as e:
             # The file's bytes do not fit the tensor's type and shape: ONNX Runtime refuses it
             # too, but only where it reads it; onnxopt says so only where a pass needs it.
             name = self._proto.name if self._proto is not None else "a tensor"

@@ -29,8 +29,8 @@ class _Verifier:
         defined = set(visible)
         names: set[str] = set()  # per graph: sibling subgraphs may reuse a name (ONNX scoping)
         expected_uses: Counter = Counter()
-        sparse = [v for v, _ in graph.sparse_initializers.values()]
-        for v in list(graph.inputs) + list(graph.constants.values()) + sparse:
+        opaque = [v for v, _ in graph.opaque_initializers.values() if v is not None]
+        for v in list(graph.inputs) + list(graph.constants.values()) + opaque:
             self._define(v, defined, names)
             if v.producer is not None:
                 raise IRVerificationError(f"%{v.name}: graph input or constant has a producer")
@@ -74,7 +74,7 @@ class _Verifier:
 
     def _check_use_lists(self, graph: Graph) -> None:
         values = list(graph.inputs) + list(graph.constants.values())
-        values.extend(v for v, _ in graph.sparse_initializers.values())
+        values.extend(v for v, _ in graph.opaque_initializers.values() if v is not None)
         for node in graph:
             values.extend(node.outputs)
         for v in values:

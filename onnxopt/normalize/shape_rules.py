@@ -114,6 +114,8 @@ def transpose(node: Node):
     if s is None:
         return None
     perm = node.attr("perm") or tuple(reversed(range(len(s))))
+    if sorted(perm) != list(range(len(s))):
+        return None  # not a permutation of the input's axes: ONNX Runtime refuses the node
     return [(_x(node).dtype, tuple(s[p] for p in perm))]
 
 
@@ -148,6 +150,8 @@ def unsqueeze(node: Node):
         return [(_x(node).dtype, None)]
     rank = len(s) + len(axes)
     axes = sorted(_axis(a, rank) for a in axes)
+    if len(set(axes)) != len(axes) or any(not 0 <= a < rank for a in axes):
+        return [(_x(node).dtype, None)]  # axes ONNX Runtime refuses: the node fails there
     out, it = [], iter(s)
     for i in range(rank):
         out.append(1 if i in axes else next(it))
@@ -164,6 +168,8 @@ def squeeze(node: Node):
             return [(_x(node).dtype, None)]
         return [(_x(node).dtype, tuple(d for d in s if d != 1))]
     axes = {_axis(a, len(s)) for a in axes}
+    if any(not 0 <= a < len(s) for a in axes):
+        return [(_x(node).dtype, None)]
     return [(_x(node).dtype, tuple(d for i, d in enumerate(s) if i not in axes))]
 
 

@@ -64,7 +64,7 @@ def _perm(node: Node) -> list[int] | None:
 
 
 def _permuted(shape, perm: list[int]):
-    if shape is None:
+    if shape is None or len(shape) != len(perm):
         return tuple(None for _ in perm)
     return tuple(shape[p] for p in perm)
 

@@ -102,7 +102,8 @@ class Attention(Rule):
         expanded = getattr(m, f"{base}_expand").output.shape
         if axes_val not in ([2], [-3]):
             return f"{axes.name}: {base.upper()} is unsqueezed on axis {axes_val}, not 2: not a head repeat"
-        if expanded is None or out is None or kv.shape is None or len(expanded) != 5:
+        if (expanded is None or out is None or kv.shape is None or len(expanded) != 5
+                or len(out) != 4 or len(kv.shape) != 4):
             return f"{repeat.name}: cannot prove the repeat of {base.upper()} is over heads"
         b, hkv, s, d = kv.shape
         if not (sd.same(expanded[0], b) and sd.same(expanded[1], hkv) and sd.same(expanded[3], s)

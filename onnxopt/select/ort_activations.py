@@ -24,15 +24,17 @@ def _approximate(kind: str, bias: str):
     """A requires: the GELU flavour must be ``kind``; ``bias`` is required|optional|any."""
     def requires(node: Node, target: Target) -> str | None:
         approx = node.attr("approximate", "none")
+        x = node.inputs[0]
+        if x.rank is None or x.rank < 1:
+            return f"%{x.name}: needs an input of known rank 1 or more, got {x.shape}"
         if kind != "any" and approx != kind:
             return f"computes the {'tanh approximation' if kind == 'tanh' else 'erf'} GELU; the node is {approx}"
         b = node.input(1)
         if bias == "required" and b is None:
             return "adds a bias first; the node has none (ort.Gelu covers it)"
-        if bias != "any" and b is not None:
-            x = node.inputs[0]
-            if b.rank != 1 or x.shape is None or not sd.same(b.shape[0], x.shape[-1]):
-                return f"%{b.name}: the bias must be 1-D [hidden], got {b.shape}"
+        if bias != "any" and b is not None and (
+                b.rank != 1 or x.shape is None or not sd.same(b.shape[0], x.shape[-1])):
+            return f"%{b.name}: the bias must be 1-D [hidden], got {b.shape}"
         return None
     return requires
 
