@@ -88,7 +88,12 @@ class ProtoWriter:
                 if out.name in known or (out.dtype is None and out.shape is None
                                          and out.type_proto is None):
                     continue
-                if out.name in self.model.declared_value_info or node.created_by:
+                # Declared types stay; onnxopt adds types only where ONNX Runtime cannot infer
+                # them (its own domains' nodes). Shapes of our inference written for standard
+                # ops would be a claim ORT's memory planner trusts: where the input's declared
+                # shapes were wrong, a wrong claim breaks a model the original runs.
+                if out.name in self.model.declared_value_info or (
+                        node.created_by and node.onnx_op[0] not in ("", "ai.onnx")):
                     gp.value_info.append(value_info(out))
         outputs = g.output_set()
         for v in g.constants.values():
@@ -128,7 +133,7 @@ class ProtoWriter:
                 if node.sem.get(flag):
                     pre.append(self._swap_last_two(node, pos, inputs))
         np_ = onnx.NodeProto()
-        np_.op_type = node.op_type
+        np_.op_type = node.onnx_op[1]
         _set(np_, "domain", domain)
         _set(np_, "name", "" if node.anonymous else node.name)
         _set(np_, "doc_string", node.doc_string)
@@ -144,7 +149,7 @@ class ProtoWriter:
 
     def _swap_last_two(self, node: Node, pos: int, inputs: list[str]) -> onnx.NodeProto:
         value = node.inputs[pos]
-        rank = value.rank
+        rank = value.rank or node.sem.get(f"{('transpose_a', 'transpose_b')[pos]}_rank")
         if rank is None:
             raise ValueError(f"{node.name}: transposed operand {value.name} needs a known rank")
         perm = list(range(rank))

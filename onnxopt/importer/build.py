@@ -198,7 +198,8 @@ class _Importer:
             if len(protos) == 1 and tensor_problem(t) is None:
                 scope.values[name] = graph.add_constant(self._tensor(t), name, exact_name=True)
             else:  # unreadable, or given twice (ORT's pick between them is its own): kept as is
-                scope.values[name] = self._opaque(name, protos, graph, t.data_type, tuple(t.dims))
+                dims = tuple(t.dims) if tensor_problem(t) is None else None  # not to be trusted
+                scope.values[name] = self._opaque(name, protos, graph, t.data_type, dims)
         for sparse in g.sparse_initializer:
             self._claim(scope, names, sparse.values.name, "sparse initializer")
             scope.values[sparse.values.name] = self._opaque(
@@ -231,7 +232,7 @@ class _Importer:
         names.claim(name)
 
     def _opaque(self, name: str, protos: list, graph: Graph, data_type: int,
-                dims: tuple) -> Value:
+                dims: Shape) -> Value:
         """An initializer no pass reads (sparse, of data onnxopt cannot read, or given more
         than once): a Value nodes can read, its protos written back as they were."""
         v = Value(name, dtype_name(data_type), dims)
@@ -379,7 +380,7 @@ def type_of(tp: onnx.TypeProto) -> tuple[str | None, Shape]:
         return dtype, None
     dims: list[int | str | None] = []
     for d in tt.shape.dim:
-        if d.HasField("dim_value"):
+        if d.HasField("dim_value") and d.dim_value >= 0:  # a negative size means nothing known
             dims.append(d.dim_value)
         elif d.HasField("dim_param") and d.dim_param:
             dims.append(d.dim_param)

@@ -105,9 +105,9 @@ def check_versions(model: ModelProto, label: str) -> None:
         raise ModelError(f"{label}: unsupported IR version {model.ir_version} "
                          f"(newer than {onnx.IR_VERSION}, the newest this onnx knows)")
     for imp in model.opset_import:
-        if imp.domain in ("", "ai.onnx") and (imp.version < 1 or imp.version > max_opset()):
+        if imp.domain in ("", "ai.onnx") and imp.version > max_opset():
             raise ModelError(f"{label}: unsupported opset {imp.version} "
-                             f"(supported: 1 to {max_opset()})")
+                             f"(newer than {max_opset()}, the newest this onnx knows)")
 
 
 def resolve_external(tensor: TensorProto, base_dir: str | None, label: str) -> ExternalLocation:

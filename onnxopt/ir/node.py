@@ -17,9 +17,10 @@ if TYPE_CHECKING:
     from onnxopt.ir.graph import Graph
     from onnxopt.ir.value import Value
 
-__all__ = ["LEGACY_DOMAIN", "Attr", "Node"]
+__all__ = ["LEGACY_DOMAIN", "OPAQUE_OP", "Attr", "Node"]
 
 LEGACY_DOMAIN = "onnxopt.legacy"
+OPAQUE_OP = "Opaque"  # the op type such a node has in the IR; ``sem["onnx_op"]`` keeps its own
 """Where standard-domain nodes of a meaning onnxopt does not model wait, untouched, until
 export (see :mod:`onnxopt.ir.opset_spelling`); ``sem["onnx_domain"]`` keeps their domain."""
 
@@ -89,9 +90,16 @@ class Node:
         return out
 
     @property
+    def onnx_op(self) -> tuple[str, str]:
+        """(domain, op type) as the file spells them (an opaque node's own, not the IR's)."""
+        if self.domain == LEGACY_DOMAIN:
+            return self.sem.get("onnx_domain", ""), self.sem.get("onnx_op", self.op_type)
+        return self.domain, self.op_type
+
+    @property
     def qualified_op(self) -> str:
-        domain = self.sem.get("onnx_domain", "") if self.domain == LEGACY_DOMAIN else self.domain
-        return self.op_type if domain in ("", "ai.onnx") else f"{domain}::{self.op_type}"
+        domain, op_type = self.onnx_op
+        return op_type if domain in ("", "ai.onnx") else f"{domain}::{op_type}"
 
     def __repr__(self) -> str:
         return format_node(self)

@@ -25,7 +25,7 @@ from onnx import AttributeProto
 
 from onnxopt.ir.dtypes import numpy_dtype
 from onnxopt.ir.graph import Graph
-from onnxopt.ir.node import LEGACY_DOMAIN, Attr, Node
+from onnxopt.ir.node import LEGACY_DOMAIN, OPAQUE_OP, Attr, Node
 from onnxopt.ir.tensor import LazyTensor
 from onnxopt.ir.value import Value
 
@@ -158,7 +158,9 @@ def _schema(op_type: str, opset: int):
 def make_opaque(node: Node) -> None:
     """Keep ``node`` out of every pass's sight until export (see the module docstring)."""
     node.sem["onnx_domain"] = node.domain
+    node.sem["onnx_op"] = node.op_type
     node.domain = LEGACY_DOMAIN
+    node.op_type = OPAQUE_OP  # no pass comparing op types can take it for the op it was
 
 
 def _coerced_axis_is_last(node: Node) -> bool:

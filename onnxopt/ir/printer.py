@@ -56,7 +56,7 @@ def format_node(node: Node, indent: str = "", *, show_types: bool = True) -> str
     for key, val in node.sem.items():
         if val is True:
             sem.append(key)
-        elif val is False or key in ("perm", "reduction_axis"):
+        elif val is False or key in ("perm", "reduction_axis") or key.endswith("_rank"):
             continue
         else:
             sem.append(f"{key}={_attr_text(val)}")

@@ -183,8 +183,8 @@ def _symbols(inputs: list[Value], batch: int, seq: int) -> dict:
 
 
 def _shape_known(v: Value) -> bool:
-    src = v.producer.inputs[0]
-    return src.shape is not None and all(d is not None for d in src.shape)
+    src = v.producer.input(0)
+    return src is not None and src.shape is not None and all(d is not None for d in src.shape)
 
 
 def _shape_feed(v: Value, symbols: dict) -> np.ndarray:

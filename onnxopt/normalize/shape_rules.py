@@ -28,6 +28,14 @@ CAST_TYPES = {1: "float32", 2: "uint8", 3: "int8", 5: "int16", 6: "int32", 7: "i
               10: "float16", 11: "float64", 12: "uint32", 13: "uint64", 16: "bfloat16"}
 
 
+MAX_RANK = 64  # no real tensor has more axes; a larger "rank" comes from a corrupt shape
+
+
+def _unknown_of_rank(n) -> tuple | None:
+    """``n`` unknown dims, or None (rank unknown too) when ``n`` is not a plausible rank."""
+    return (None,) * n if isinstance(n, int) and 0 <= n <= MAX_RANK else None
+
+
 def _x(node: Node, i: int = 0) -> Value | None:
     return node.input(i)
 
@@ -125,7 +133,7 @@ def reshape(node: Node):
     if dims is None:
         ts = target.shape
         if ts is not None and len(ts) == 1 and isinstance(ts[0], int):
-            return [(src.dtype, (None,) * ts[0])]
+            return [(src.dtype, _unknown_of_rank(ts[0]))]
         return [(src.dtype, None)]
     allowzero = node.attr("allowzero", 0)
     out = []
@@ -177,7 +185,8 @@ def expand(node: Node):
     s, target = _shape(node), _x(node, 1)
     if target.sym is None or s is None:
         n = target.shape[0] if target.shape and isinstance(target.shape[0], int) else None
-        return [(_x(node).dtype, None if n is None or s is None else (None,) * max(n, len(s)))]
+        rank = None if n is None or s is None else max(n, len(s))
+        return [(_x(node).dtype, _unknown_of_rank(rank))]
     return [(_x(node).dtype, sd.broadcast_shapes(s, tuple(target.sym)))]
 
 
@@ -334,6 +343,8 @@ def reduce(node: Node):
     if axes is None:
         axes = tuple(range(len(s)))
     axes = {_axis(a, len(s)) for a in axes}
+    if any(not 0 <= a < len(s) for a in axes):
+        return [(_x(node).dtype, None)]
     out = tuple((1 if i in axes else d) for i, d in enumerate(s) if keep or i not in axes)
     return [(_x(node).dtype, out)]
 

@@ -52,9 +52,9 @@ def _infer_graph(graph: Graph) -> int:
         for v in node.inputs:
             if v is not None and v.const is not None and v.sym is None:
                 _constant_sym(v)
-        axes = node.sem.get("axes")
-        if isinstance(axes, tuple) and any(a < 0 for a in axes):
-            annotate(node)  # an input's rank became known: make the axes explicit
+        if "axes" in node.sem:
+            annotate(node)  # axes made explicit with the rank inference knows now (import may
+            #                 have read a declared rank that the computation does not have)
         if not node.inputs or node.inputs[0] is None:
             continue  # a malformed node (ORT refuses it at run time): nothing to infer
         rule = RULES.get(node.op_type)

@@ -118,6 +118,7 @@ def _absorb(graph: Graph, node: Node, i: int) -> int:
         return 0  # would trade one Transpose for another
     graph.set_input(node, i, operand)
     node.sem[_FLAGS[i]] = not flag
+    node.sem[f"{_FLAGS[i]}_rank"] = len(q)  # what the exporter's Transpose swaps, kept here
     annotate(node)
     remove_chain(graph, [t])
     return 1

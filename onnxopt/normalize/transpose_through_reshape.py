@@ -20,7 +20,7 @@ from onnxopt.ir import symdim as sd
 from onnxopt.ir.edit import replace_value
 from onnxopt.ir.model import Model
 from onnxopt.ir.semantics import annotate
-from onnxopt.normalize._common import all_graphs, ints_attr, is_op
+from onnxopt.normalize._common import all_graphs, ints_attr, is_op, is_private
 
 
 def transpose_through_reshape(model: Model) -> int:
@@ -30,10 +30,10 @@ def transpose_through_reshape(model: Model) -> int:
             if not is_op(outer, "Reshape") or outer.graph is not graph:
                 continue
             t = outer.inputs[0].producer
-            if not is_op(t, "Transpose") or t.output.num_uses != 1:
+            if not is_op(t, "Transpose") or not is_private(t.output, outer):
                 continue
             inner = t.inputs[0].producer
-            if not is_op(inner, "Reshape") or inner.output.num_uses != 1:
+            if not is_op(inner, "Reshape") or not is_private(inner.output, t):
                 continue
             perm = _fused_perm(inner.inputs[0].shape, inner.output.shape, t.attr("perm"),
                                outer.output.shape)
@@ -54,6 +54,8 @@ def transpose_through_reshape(model: Model) -> int:
 
 def _fused_perm(x, merged, perm, out):
     if x is None or merged is None or out is None or perm is None or perm[0] != 0:
+        return None
+    if sorted(perm) != list(range(len(merged))):
         return None
     rest = len(merged) - 1
     k = len(x) - rest

@@ -96,9 +96,9 @@ def _not_centered(mean: Node) -> str | None:
     squared = square.inputs[0]
     node = squared.producer
     if node is not None and node.op_type == "Cast":
-        node = node.inputs[0].producer
-    if (node is not None and node.op_type == "Sub" and node.inputs[1].producer is not None
-            and node.inputs[1].producer.op_type == "ReduceMean"
-            and node.inputs[1].producer.inputs[0] is node.inputs[0]):
+        node = node.input(0).producer if node.input(0) is not None else None
+    mean_of = node.input(1).producer if node is not None and node.input(1) is not None else None
+    if (node is not None and node.op_type == "Sub" and mean_of is not None
+            and mean_of.op_type == "ReduceMean" and mean_of.input(0) is node.input(0)):
         return f"averages the squares of %{squared.name} = x - mean(x): a LayerNorm, not an RMSNorm"
     return None
