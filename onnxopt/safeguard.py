@@ -24,11 +24,12 @@ import dataclasses
 import time
 
 import onnx
-import onnxruntime as ort
 from onnx import ModelProto
 
+from onnxopt import evaluation
 from onnxopt.holdback import minimal_hold, units_of
 from onnxopt.importer.load import read_model_proto
+from onnxopt.isolation import NativeCrash, isolated
 from onnxopt.options import OptimizeOptions
 from onnxopt.pipeline import OptimizeResult, Progress, StageFailure, run_pipeline
 from onnxopt.verification.loadable import Fitness, fitness
@@ -128,17 +129,23 @@ class _Guard:
 
 
 def _file_fitness(path: str) -> Fitness:
-    """The checks on an input whose weights lie in external data (read by path)."""
+    """The checks on an input whose weights lie in external data (read by path), in a forked
+    child as every run of native code on the user's model is."""
+    try:
+        checker, loads = isolated(_file_checks, path)
+    except NativeCrash as e:
+        checker, loads = None, f"ONNX Runtime or the ONNX checker crashes on it ({e})"
+    return Fitness(checker=checker, loads=loads)
 
+
+def _file_checks(path: str) -> tuple[str | None, str | None]:
     checker = loads = None
     try:
         onnx.checker.check_model(path)
     except Exception as e:  # noqa: BLE001 - the checker's complaint is the answer
         checker = str(e) or type(e).__name__
-    options = ort.SessionOptions()
-    options.log_severity_level = 4
     try:
-        ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+        evaluation.session(path)
     except Exception as e:  # noqa: BLE001 - ORT's refusal is the answer
         loads = str(e) or type(e).__name__
-    return Fitness(checker=checker, loads=loads)
+    return checker, loads

@@ -14,7 +14,7 @@ from onnxopt.commands.verify_cmd import inputs_options, verify_inputs
 from onnxopt.errors import UsageError, VerificationError
 from onnxopt.options import OptimizeOptions
 from onnxopt.safeguard import optimize_guarded
-from onnxopt.verification import verify_models
+from onnxopt.verification import verify_isolated
 
 
 def default_output(path: str) -> str:
@@ -96,7 +96,7 @@ def optimize(model: str, output: str | None, json_path: str | None, do_verify: b
     if do_verify:
 
         given = verify_inputs(inputs, shapes)
-        verify_report = verify_models(model, output, **given)
+        verify_report = verify_isolated(model, output, **given)
         data["verify"] = verify_report.to_json()
         if do_bisect and not verify_report.ok:
 

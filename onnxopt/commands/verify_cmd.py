@@ -12,7 +12,7 @@ from onnxopt.commands.options import debug_option, write_json
 from onnxopt.commands.report import print_verify
 from onnxopt.errors import VerificationError
 from onnxopt.options import OptimizeOptions
-from onnxopt.verification import verify_models
+from onnxopt.verification import verify_isolated
 from onnxopt.verification.inputs import load_input_files, parse_shapes
 
 
@@ -64,7 +64,7 @@ def verify(original: str, optimized: str, runs: int, seed: int, rtol: float | No
     """
 
     given = verify_inputs(inputs, shapes)
-    report = verify_models(original, optimized, runs=runs, seed=seed, rtol=rtol, **given)
+    report = verify_isolated(original, optimized, runs=runs, seed=seed, rtol=rtol, **given)
     print_verify(report)
     data = report.to_json()
     if do_bisect and not report.ok:

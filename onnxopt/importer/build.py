@@ -37,6 +37,7 @@ from onnxopt.ir.opset_spelling import make_opaque, upgrade
 from onnxopt.ir.semantics import annotate
 from onnxopt.ir.tensor import LazyTensor
 from onnxopt.ir.value import Shape, Value
+from onnxopt.isolation import NativeCrash, isolated
 
 
 def import_model(source: str | ModelProto, *, infer_shapes: bool = True) -> Model:
@@ -131,11 +132,16 @@ class _Importer:
 
     # --- shapes ---------------------------------------------------------------------------------
     def _collect_inferred_shapes(self, proto: ModelProto) -> None:
+        """onnx's shape inference, in a forked child: it is a hint, and on some malformed
+        models (a negative GatherND ``batch_dims``) its C++ code segfaults."""
         try:
-            inferred = onnx.shape_inference.infer_shapes(proto, strict_mode=False)
-        except Exception:  # noqa: BLE001 - shape inference is a hint; the graph is checked below
+            inferred = isolated(_inferred_graph, proto)
+        except NativeCrash:
             return
-        self._collect_value_info(inferred.graph, ())
+        if inferred is not None:
+            graph = GraphProto()
+            graph.ParseFromString(inferred)
+            self._collect_value_info(graph, ())
 
     def _collect_value_info(self, g: GraphProto, path: tuple) -> None:
         shapes = self.shapes.setdefault(path, {})
@@ -358,6 +364,34 @@ def _constant_from_attr(a: AttributeProto) -> LazyTensor | None:
     if a.name == "value_ints":
         return LazyTensor.from_array(np.array(list(a.ints), dtype=np.int64))
     return None
+
+
+def _inferred_graph(proto: ModelProto) -> bytes | None:
+    """The graph of ``proto`` with onnx's inferred value_info — run in the forked child, which
+    first drops its copy's large initializer data (inference reads only small tensors such
+    as shape vectors, and the graph it sends back then carries no weights)."""
+    _drop_weights(proto)
+    try:
+        inferred = onnx.shape_inference.infer_shapes(proto, strict_mode=False)
+    except Exception:  # noqa: BLE001 - shape inference is a hint
+        return None
+    return inferred.graph.SerializeToString()
+
+
+def _drop_weights(proto: ModelProto) -> None:
+    stack = [proto.graph]
+    while stack:
+        g = stack.pop()
+        for t in g.initializer:
+            if t.data_location != TensorProto.EXTERNAL and t.ByteSize() > 4096:
+                for field in ("raw_data", "float_data", "int32_data", "int64_data",
+                              "double_data", "uint64_data", "string_data"):
+                    t.ClearField(field)
+        for node in g.node:
+            for a in node.attribute:
+                if a.HasField("g"):
+                    stack.append(a.g)
+                stack.extend(a.graphs)
 
 
 def onnx_opset(proto: ModelProto) -> int:

@@ -131,12 +131,18 @@ def _off_schema(node: Node, opset: int) -> bool:
 
 def _bad_values(node: Node) -> bool:
     """Attribute values no runtime accepts, where passes would read them as meaning something:
-    a Transpose ``perm`` that is not a permutation of the input's axes."""
+    a Transpose ``perm`` that is not a permutation of the input's axes, a ``batch_dims``
+    outside the inputs' ranks."""
     if node.op_type == "Transpose" and "perm" in node.attrs:
         perm = list(node.attr("perm"))
         x = node.input(0)
         rank = len(perm) if x is None or x.rank is None else x.rank
         return sorted(perm) != list(range(rank))
+    if node.op_type in ("GatherND", "GatherElements", "ScatterND") and "batch_dims" in node.attrs:
+        # (onnx's inference segfaults on a negative one, ORT aborts on a huge one)
+        ranks = [v.rank for v in node.inputs[:2] if v is not None and v.rank is not None]
+        batch_dims = node.attr("batch_dims")
+        return not 0 <= batch_dims < min(ranks, default=65)
     return False
 
 

@@ -21,8 +21,10 @@ import numpy as np
 from onnxopt import evaluation
 from onnxopt.ir.dtypes import numpy_dtype
 from onnxopt.ir.model import Model
+from onnxopt.ir.node import OPAQUE_OP
 from onnxopt.ir.symdim import evaluate
 from onnxopt.ir.value import Value
+from onnxopt.isolation import NativeCrash, isolated
 
 MASKED = -1e4  # an additive value at or below this masks a key (exp underflows to 0)
 PROBE_SIZES = ((2, 5), (1, 9), (3, 4))
@@ -64,35 +66,20 @@ def classify_mask(model: Model, mask: Value, batch_dim, key_dim, query_dim) -> M
         return MaskInfo(looks_causal=looks_causal, reason="the mask depends on activations")
     if any(not _shape_known(v) for v in shape_leaves):
         return MaskInfo(looks_causal=looks_causal, reason="the mask depends on unknown shapes")
+    if any(n.op_type == OPAQUE_OP for n in nodes):
+        return MaskInfo(looks_causal=looks_causal,
+                        reason="the mask depends on a node onnxopt does not model")
     proto = evaluation.subgraph_model(model, [mask], shape_leaves=True)
     if proto is None:
         return MaskInfo(looks_causal=looks_causal, reason="the mask's subgraph cannot be cut out")
     try:
-        sess = evaluation.session(proto)
-    except Exception as e:  # noqa: BLE001
-        return MaskInfo(looks_causal=looks_causal,
-                        reason=f"the mask cannot be evaluated ({evaluation.first_line(e)})")
-    causal_votes: list = []
-    pad_votes = {id(c): [] for c in candidates}
-    rng = np.random.default_rng(0)
-    for batch, seq in PROBE_SIZES:
-        evaluated = _evaluate(sess, inputs, shape_leaves, batch, seq, rng)
-        if isinstance(evaluated, str):
-            return MaskInfo(looks_causal=looks_causal,
-                            reason=f"the mask cannot be evaluated ({evaluated})")
-        symbols, feeds_full, values = evaluated
-        full = _masked(values)
-        if full is None:
-            return MaskInfo(looks_causal=looks_causal, reason="the mask holds values between 0 "
-                            "and the masking range")
-        causal_votes.append(_is_causal(full))
-        for cand in candidates:
-            feeds = dict(feeds_full)
-            feeds[cand.name] = _feed(cand, symbols, rng, pad=True)
-            keep = np.asarray(feeds[cand.name]) != 0
-            pad_votes[id(cand)].append(keep.shape[-1] == full.shape[-1]
-                                       and _follows_padding(sess, feeds, full, keep))
-    padding = next((c for c in candidates if all(pad_votes[id(c)])), None)
+        verdict = isolated(_probe, proto, inputs, shape_leaves, candidates)
+    except NativeCrash as e:
+        verdict = f"ONNX Runtime {e}"
+    if isinstance(verdict, str):
+        return MaskInfo(looks_causal=looks_causal, reason=verdict)
+    causal_votes, pad_votes = verdict
+    padding = next((c for c in candidates if all(pad_votes[c.name])), None)
     causal = all(v is True for v in causal_votes)
     no_mask = all(v == "none" for v in causal_votes)
     info_reason = None
@@ -100,6 +87,36 @@ def classify_mask(model: Model, mask: Value, batch_dim, key_dim, query_dim) -> M
         info_reason = "the mask is built like a causal mask but is not causal"
     return MaskInfo(causal=causal, padding_input=padding,
                     looks_causal=looks_causal, reason=info_reason)
+
+
+def _probe(proto, inputs: list[Value], shape_leaves: list[Value], candidates: list[Value]):
+    """The mask's votes at every probe size: (causal votes, padding votes by candidate name),
+    or why it could not be evaluated. Runs ONNX Runtime on a piece of the user's model, so it
+    runs in a forked child (:func:`onnxopt.isolation.isolated`): a malformed piece may crash
+    ORT's native code, and that must not take onnxopt with it."""
+    try:
+        sess = evaluation.session(proto)
+    except Exception as e:  # noqa: BLE001
+        return f"the mask cannot be evaluated ({evaluation.first_line(e)})"
+    causal_votes: list = []
+    pad_votes: dict[str, list[bool]] = {c.name: [] for c in candidates}
+    rng = np.random.default_rng(0)
+    for batch, seq in PROBE_SIZES:
+        evaluated = _evaluate(sess, inputs, shape_leaves, batch, seq, rng)
+        if isinstance(evaluated, str):
+            return f"the mask cannot be evaluated ({evaluated})"
+        symbols, feeds_full, values = evaluated
+        full = _masked(values)
+        if full is None:
+            return "the mask holds values between 0 and the masking range"
+        causal_votes.append(_is_causal(full))
+        for cand in candidates:
+            feeds = dict(feeds_full)
+            feeds[cand.name] = _feed(cand, symbols, rng, pad=True)
+            keep = np.asarray(feeds[cand.name]) != 0
+            pad_votes[cand.name].append(keep.shape[-1] == full.shape[-1]
+                                        and _follows_padding(sess, feeds, full, keep))
+    return causal_votes, pad_votes
 
 
 def _classify_constant(mask: Value) -> MaskInfo:

@@ -21,6 +21,7 @@ from onnx import ModelProto
 from onnxopt import evaluation
 from onnxopt.errors import ModelError, UnverifiedError, UsageError
 from onnxopt.importer.load import read_model_proto
+from onnxopt.isolation import NativeCrash, isolated
 from onnxopt.verification.inputs import (
     LONG_SEQUENCE,
     LONGER_SIZES,
@@ -132,6 +133,18 @@ def verify_models(original: str | ModelProto, optimized: str | ModelProto, *, ru
         report.long_run_skipped = _long_run(report, diffs, sess_a, sess_b, names_a, ref_proto,
                                             long_sequence, seed + runs, overrides)
     return report
+
+
+def verify_isolated(original: str | ModelProto, optimized: str | ModelProto,
+                    **options) -> VerifyReport:
+    """:func:`verify_models` in a forked child (what the commands run): both models run in
+    ONNX Runtime, and a model that crashes its native code must end in one line, not take
+    onnxopt down."""
+    try:
+        return isolated(lambda: verify_models(original, optimized, **options))
+    except NativeCrash as e:
+        raise UnverifiedError(f"could not verify: ONNX Runtime crashed running the models "
+                              f"({str(e).split('(', 1)[-1].rstrip(')')})") from None
 
 
 def split_shapes(shapes: dict[str, tuple[int, ...]], proto: ModelProto

@@ -18,6 +18,7 @@ from onnxopt import evaluation
 from onnxopt.exporter.save import inline_external
 from onnxopt.importer.load import tensor_bytes
 from onnxopt.ir.tensor import LazyTensor
+from onnxopt.isolation import NativeCrash, isolated
 
 # Above this the model is not loaded into memory a second time to be checked (external data
 # is streamed to the output and never held whole: reading it back for a check would undo that).
@@ -64,7 +65,17 @@ def fitness(proto: ModelProto, external: dict[str, LazyTensor] | None = None, *,
         proto = whole
     if proto.ByteSize() > MAX_CHECKED_BYTES:
         return Fitness(weight=weight, unchecked="it is too large to load twice")
-    return Fitness(checker=_checker_problem(proto), loads=_load_problem(proto), weight=weight)
+    try:
+        checker, loads = isolated(_native_checks, proto)
+    except NativeCrash as e:  # the checker or ORT died on it: a problem like any other
+        checker, loads = None, f"ONNX Runtime or the ONNX checker crashes on it ({e})"
+    return Fitness(checker=checker, loads=loads, weight=weight)
+
+
+def _native_checks(proto: ModelProto) -> tuple[str | None, str | None]:
+    """The ONNX checker and ONNX Runtime's load — C++ that a malformed model can crash, so
+    run in a forked child (:func:`onnxopt.isolation.isolated`)."""
+    return _checker_problem(proto), _load_problem(proto)
 
 
 def _checker_problem(proto: ModelProto) -> str | None:

@@ -1,0 +1,69 @@
+"""Running a dependency's native code where its crash cannot take onnxopt down.
+
+onnx's shape inference and ONNX Runtime are C++; on a malformed model either can abort or
+segfault (onnx's inference on a GatherND whose ``batch_dims`` is negative, ORT loading or
+running one with an absurd ``batch_dims``), and a crash in the process is not an error
+onnxopt can report — the user gets no file and no line. Where such code runs on what the
+user handed in, it runs here: in a forked child whose result (or exception) comes back
+through a pipe. A child that dies raises :class:`NativeCrash` in the parent, which each
+caller turns into what it means there ("no hint", "ONNX Runtime crashes loading it").
+Where ``fork`` does not exist the function runs in the process.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import signal
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+
+class NativeCrash(RuntimeError):
+    """The child running native code died without an answer (a signal or an abort)."""
+
+
+def isolated(fn: Callable[..., T], *args: Any) -> T:
+    """``fn(*args)`` computed in a forked child: its result (which must pickle), or the
+    exception it raised, re-raised here; :class:`NativeCrash` when the child died."""
+    if not hasattr(os, "fork"):
+        return fn(*args)
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: compute, send, and leave without running the parent's cleanup
+        os.close(read_end)
+        try:
+            try:
+                payload = (True, fn(*args))
+            except Exception as e:  # noqa: BLE001 - every failure goes back to the parent
+                payload = (False, e)
+            try:
+                data = pickle.dumps(payload, protocol=pickle.HIGHEST_PROTOCOL)
+            except Exception as e:  # noqa: BLE001 - an unpicklable exception, told in words
+                data = pickle.dumps((False, RuntimeError(f"{type(e).__name__}: {e}")))
+            with os.fdopen(write_end, "wb") as out:
+                out.write(data)
+        finally:
+            os._exit(0)
+    os.close(write_end)
+    with os.fdopen(read_end, "rb") as src:
+        data = src.read()
+    _, status = os.waitpid(pid, 0)
+    if not data:
+        raise NativeCrash(f"the native code crashed ({_how(status)})")
+    ok, value = pickle.loads(data)
+    if ok:
+        return value
+    raise value
+
+
+def _how(status: int) -> str:
+    if os.WIFSIGNALED(status):
+        number = os.WTERMSIG(status)
+        try:
+            return f"signal {signal.Signals(number).name}"
+        except ValueError:
+            return f"signal {number}"
+    return f"exit code {os.WEXITSTATUS(status)}"
