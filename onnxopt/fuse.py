@@ -24,11 +24,11 @@ from onnxopt.ir.node import Node
 from onnxopt.ir.verifier import verify_graph
 from onnxopt.legality.predicates import used_outside
 from onnxopt.legality.target import Target, make_target
-from onnxopt.match.pattern import Builder, Match, Trace, match_pattern
+from onnxopt.match.pattern import Builder, Match, Trace, match_pattern, pattern_names
 from onnxopt.ops import FUSED_OPS
 from onnxopt.options import OptimizeOptions
 from onnxopt.rules import all_rules
-from onnxopt.rules.base import Rule
+from onnxopt.rules.base import Facts, Rule
 
 
 def selected_rules(options: OptimizeOptions) -> list[Rule]:
@@ -109,13 +109,14 @@ def fuse(model: Model, rules: list[Rule], target: Target, *, debug: bool = False
     body, outer graphs first — with ``apply=False`` only report. ``hold_back(rule, root)``
     names regions that must stay as they are (the safeguard's per-fusion rollback)."""
     report = FusionReport()
-    by_root: dict[str, list[tuple[Rule, object]]] = {}
+    by_root: dict[str, list[tuple[Rule, object, frozenset[str]]]] = {}
     p = Builder()
     for rule in rules:
         rule.begin(model)
         pattern = rule.pattern(p)
+        names = pattern_names(pattern)
         for root in (rule.root,) if isinstance(rule.root, str) else rule.root:
-            by_root.setdefault(root, []).append((rule, pattern))
+            by_root.setdefault(root, []).append((rule, pattern, names))
     for graph in _graphs(model.graph):
         _run_worklist(graph, by_root, target, report, debug, apply,
                       hold_back or (lambda _rule, _root: False))
@@ -143,31 +144,32 @@ def _run_worklist(graph: Graph, by_root, target: Target, report: FusionReport, d
         queued.discard(id(node))
         if node.graph is not graph:
             continue
-        for rule, pattern in by_root.get(node.op_type, ()):
+        for rule, pattern, names in by_root.get(node.op_type, ()):
             key = (id(node), rule.name)
             if key in done:
                 continue
             done[key] = node
             trace = Trace()
-            m = match_pattern(pattern, node, trace)
+            m = match_pattern(pattern, node, trace, names)
             if m is None:
                 best = trace.best
                 if best is not None and best.progress >= CANDIDATE_PROGRESS:
                     report.regions.append(Region(rule.name, node.name, "partial", best.reason,
                                                  best.progress))
                 continue
-            reason = used_outside(m.nodes, m.root) or rule.legal(m, target)
+            verdict = used_outside(m.nodes, m.root) or rule.legal(m, target)
+            reason = verdict if isinstance(verdict, str) else None
             if not reason and hold_back(rule.name, node.name):
                 reason = HELD_BACK
             if reason:
                 report.regions.append(Region(rule.name, node.name, "refused", reason,
                                              len(m.nodes)))
                 continue
-            report.regions.append(Region(rule.name, node.name, "fused", rule.describe(m),
-                                         len(m.nodes)))
+            report.regions.append(Region(rule.name, node.name, "fused",
+                                         rule.describe(m, verdict), len(m.nodes)))
             if not apply:
                 continue
-            new_users = _apply(graph, rule, m, debug)
+            new_users = _apply(graph, rule, m, verdict, debug)
             for user in new_users:
                 if user.op_type in by_root and id(user) not in queued:
                     work.append(user)
@@ -175,14 +177,27 @@ def _run_worklist(graph: Graph, by_root, target: Target, report: FusionReport, d
             break
 
 
-def _apply(graph: Graph, rule: Rule, m: Match, debug: bool) -> list[Node]:
-    b = NodeBuilder(graph, m.root, rule.name, schemas=FUSED_OPS)
-    result = rule.rewrite(b, m)
-    new_outputs = result if isinstance(result, list) else [result]
+def _apply(graph: Graph, rule: Rule, m: Match, facts: Facts | None, debug: bool) -> list[Node]:
+    extra = facts.outputs if facts is not None else ()
+    anchor = extra[0].producer if extra else m.root
+    b = NodeBuilder(graph, anchor, rule.name, schemas=FUSED_OPS)
+    result = rule.rewrite(b, m, facts)
+    # One Value replaces the root's first output (its others must then be unread); a list
+    # replaces each of the match's outputs (None for one nobody reads).
+    outputs = [*m.root.outputs, *extra]
+    new_outputs = result if isinstance(result, list) else [result] + [None] * (len(outputs) - 1)
+    if len(new_outputs) != len(outputs):
+        raise MatchError(f"rule {rule.name}: its rewrite gave {len(new_outputs)} outputs for the "
+                         f"{len(outputs)} of the match at {m.root.name}")
     if debug and not b.nodes:
         raise MatchError(f"rule {rule.name} reported a rewrite but created no node")
     users: list[Node] = []
-    for old, new in zip(m.root.outputs, new_outputs):
+    for old, new in zip(outputs, new_outputs):
+        if new is None:
+            if old.num_uses or old.is_graph_output:
+                raise MatchError(f"rule {rule.name}: no replacement for %{old.name}, "
+                                 "which is read")
+            continue
         if new.dtype is None:
             new.dtype = old.dtype
         if new.shape is None:
@@ -194,7 +209,8 @@ def _apply(graph: Graph, rule: Rule, m: Match, debug: bool) -> list[Node]:
     # Until nothing changes: a matched node read only by another matched node dies with it,
     # whatever order the pattern listed them in (a dead fused node left here would be bound
     # by stage 6 and would block later matches that share its inputs).
-    pending = [n for n in reversed(m.nodes) if n.graph is graph]
+    absorbed = facts.absorbed if facts is not None else ()
+    pending = [n for n in [*reversed(m.nodes), *absorbed] if n.graph is graph]
     while True:
         dead = [n for n in pending if remove_if_dead(graph, n)]
         if not dead:

@@ -36,7 +36,7 @@ class WrongRelu(Rule):
     def pattern(self, p: Builder) -> Pat:
         return p.Relu(p.Neg(p.var("x")))
 
-    def rewrite(self, b: NodeBuilder, m: Match):
+    def rewrite(self, b: NodeBuilder, m: Match, facts):
         return b.op("Relu", m.x)
 
 

@@ -21,6 +21,7 @@ from onnx import AttributeProto, GraphProto, ModelProto, TensorProto
 from onnxopt.errors import ModelError
 from onnxopt.importer.load import (
     check_versions,
+    external_problem,
     fix_undecodable_text,
     has_undecodable_text,
     read_model_proto,
@@ -28,7 +29,7 @@ from onnxopt.importer.load import (
     tensor_bytes,
     tensor_problem,
 )
-from onnxopt.importer.toposort import topological_order
+from onnxopt.importer.toposort import reads_of, topological_order
 from onnxopt.ir.dtypes import dtype_name
 from onnxopt.ir.graph import Graph, NameScope
 from onnxopt.ir.model import Model
@@ -198,9 +199,14 @@ class _Importer:
         for p in g.node:  # ONNX Runtime takes the latest definition: a Constant node's
             if p.op_type == "Constant" and len(p.output) == 1:  # over an initializer's
                 groups.pop(p.output[0], None)
+        read: set[str] | None = None
         for name, protos in groups.items():
-            self._claim(scope, names, name, "initializer")
             t = protos[-1]
+            if t.data_location == TensorProto.EXTERNAL and external_problem(t, self.base_dir):
+                read = read if read is not None else reads_of(g)
+                if name not in read:
+                    continue  # external data nothing reads: ORT never loads it, neither do we
+            self._claim(scope, names, name, "initializer")
             if len(protos) == 1 and tensor_problem(t) is None:
                 scope.values[name] = graph.add_constant(self._tensor(t), name, exact_name=True)
             else:  # unreadable, or given twice (ORT's pick between them is its own): kept as is

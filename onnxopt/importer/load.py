@@ -153,6 +153,16 @@ def resolve_external(tensor: TensorProto, base_dir: str | None, label: str) -> E
     return ExternalLocation(full, offset, length)
 
 
+def external_problem(tensor: TensorProto, base_dir: str | None) -> str | None:
+    """Why an external tensor's data cannot be read (the message :func:`resolve_external`
+    would raise), or None."""
+    try:
+        resolve_external(tensor, base_dir, "")
+    except ModelError as e:
+        return str(e)
+    return None
+
+
 def _expected_nbytes(tensor: TensorProto) -> int | None:
     """Bytes a tensor's raw data must have (``None`` where that is not a fixed multiple)."""
     name = dtype_name(tensor.data_type)

@@ -106,6 +106,14 @@ def _reads(n: NodeProto) -> list[str]:
     return names
 
 
+def reads_of(g: GraphProto) -> set[str]:
+    """Every name the graph's nodes read (its subgraphs' outer reads included) or output."""
+    names = {o.name for o in g.output}
+    for n in g.node:
+        names.update(_reads(n))
+    return names
+
+
 def free_names(g: GraphProto) -> list[str]:
     """Names a subgraph reads but does not define (its implicit inputs)."""
     defined = {vi.name for vi in g.input} | {t.name for t in g.initializer}

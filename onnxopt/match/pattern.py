@@ -23,11 +23,13 @@ stopped, so the best partial match of each rule can be explained.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import onnx
 
 from onnxopt.ir.node import Node
 from onnxopt.ir.value import Value
@@ -112,6 +114,15 @@ class Const(Pat):
 
 @dataclass(eq=False)
 class Op(Pat):
+    """A node of ``op_type`` whose inputs match ``inputs``.
+
+    The contract is strict by default: the node has no more inputs than the pattern lists
+    (``other_inputs=True`` allows more), and every attribute the node sets to something
+    other than its ONNX default is either pinned in ``attrs`` or named in ``reads`` (the
+    rule reads it itself); ``other_attrs=True`` allows any. A node with fewer inputs than
+    listed matches only where the missing ones are :meth:`Builder.maybe`.
+    """
+
     op_type: str
     inputs: tuple[Pat, ...]
     name: str | None = None
@@ -120,6 +131,9 @@ class Op(Pat):
     sem: dict[str, Any] = field(default_factory=dict)
     check: Callable[[Node], str | None] | None = None
     commutative: bool | None = None
+    other_inputs: bool = False
+    reads: tuple[str, ...] = ()
+    other_attrs: bool = False
 
     def match(self, value, state):
         if value is None:
@@ -142,6 +156,8 @@ class Op(Pat):
         for key, want in self.sem.items():
             if node.sem.get(key, False) != want:
                 return state.fail(f"{node.name}: {key} is {node.sem.get(key)}, expected {want}")
+        if reason := self._contract(node):
+            return state.fail(f"{node.name}: {reason}")
         if self.check is not None:
             reason = self.check(node)
             if reason:
@@ -154,8 +170,9 @@ class Op(Pat):
             orders.append(tuple(reversed(node.inputs)))
         for k, inputs in enumerate(orders):
             snapshot = state.save()
+            inputs = tuple(inputs)[:len(self.inputs)]  # (beyond: allowed by the contract)
             if len(inputs) < len(self.inputs):
-                inputs = tuple(inputs) + (None,) * (len(self.inputs) - len(inputs))
+                inputs = inputs + (None,) * (len(self.inputs) - len(inputs))
             if all(p.match(v, state) for p, v in zip(self.inputs, inputs)):
                 state.by_pattern[id(self)] = value
                 state.nodes.append(node)
@@ -165,6 +182,49 @@ class Op(Pat):
             if k + 1 < len(orders):
                 state.restore(snapshot)
         return False
+
+
+    def _contract(self, node: Node) -> str | None:
+        """What the node has that the pattern did not say it takes, or None."""
+        given = len(node.inputs)
+        while given and node.inputs[given - 1] is None:
+            given -= 1
+        if given > len(self.inputs) and not self.other_inputs:
+            return f"{given} inputs, the pattern takes {len(self.inputs)}"
+        if self.other_attrs or node.domain not in ("", "ai.onnx"):
+            return None
+        defaults = _attribute_defaults(node.op_type)
+        for key in node.attrs:
+            if key in self.attrs or key in self.reads:
+                continue
+            if key not in defaults or node.attr(key) != defaults[key]:
+                return f"attribute {key}={node.attr(key)!r} is not one the pattern handles"
+        return None
+
+
+@functools.lru_cache(maxsize=512)
+def _attribute_defaults(op_type: str) -> dict[str, Any]:
+    """The op's attributes that have a default in ONNX's newest schema, with it."""
+    try:
+        schema = onnx.defs.get_schema(op_type, domain="")
+    except onnx.defs.SchemaError:
+        return {}
+    out = {}
+    for name, a in schema.attributes.items():
+        if a.default_value.type != onnx.AttributeProto.UNDEFINED:
+            value = onnx.helper.get_attribute_value(a.default_value)
+            if isinstance(value, bytes):
+                value = value.decode()
+            out[name] = tuple(value) if isinstance(value, list) else value
+    return out
+
+
+@dataclass(eq=False)
+class Absent(Pat):
+    """An omitted optional input (an input the node does not have, or gave as "")."""
+
+    def match(self, value, state):
+        return value is None or state.fail(f"%{value.name}: expected no input here")
 
 
 @dataclass(eq=False)
@@ -199,6 +259,10 @@ class Builder:
 
     def optional(self, pattern: Pat, through: Pat) -> AnyOf:
         return AnyOf((pattern, through))
+
+    def maybe(self, pattern: Pat) -> AnyOf:
+        """``pattern``, or an omitted optional input."""
+        return AnyOf((pattern, Absent()))
 
     def op(self, op_type: str, *inputs: Pat, **kw) -> Op:
         return Op(op_type, tuple(inputs), **kw)
@@ -272,23 +336,28 @@ class Trace:
 
 
 class Match:
-    """A successful match: bindings as attributes, the matched nodes, the root."""
+    """A successful match: bindings as attributes (``m.x``), the matched nodes, the root.
 
-    def __init__(self, root: Node, state: _State) -> None:
+    A name the pattern can bind but this match did not (an alternative not taken, an
+    optional part absent) reads as ``None``; a name the pattern never binds raises — a typo
+    in a rule is an error, not a silent ``None``.
+    """
+
+    def __init__(self, root: Node, state: _State, names: frozenset[str]) -> None:
         self.root = root
         self.nodes: list[Node] = list(dict.fromkeys(state.nodes))
         self.dims = dict(state.dims)
         self._bindings = dict(state.bindings)
-        self.extra: dict[str, Any] = {}
+        self._names = names
 
     def __getattr__(self, name: str):
-        b = self.__dict__.get("_bindings", {})
-        if name in b:
-            return b[name]
-        e = self.__dict__.get("extra", {})
-        if name in e:
-            return e[name]
-        return None
+        bindings = self.__dict__.get("_bindings", {})
+        if name in bindings:
+            return bindings[name]
+        if name in self.__dict__.get("_names", ()):
+            return None
+        raise AttributeError(f"the pattern binds no {name!r} (it binds "
+                             f"{', '.join(sorted(self.__dict__.get('_names', ()))) or 'nothing'})")
 
     def has(self, name: str) -> bool:
         return name in self._bindings
@@ -297,9 +366,29 @@ class Match:
         return f"Match(root={self.root.name}, nodes={len(self.nodes)})"
 
 
-def match_pattern(pattern: Pat, root: Node, trace: Trace) -> Match | None:
-    """Match ``pattern`` against the first output of ``root``."""
+def pattern_names(pattern: Pat) -> frozenset[str]:
+    """Every name a pattern can bind (variables, named constants and nodes)."""
+    names: set[str] = set()
+    stack, seen = [pattern], set()
+    while stack:
+        pat = stack.pop()
+        if id(pat) in seen:
+            continue
+        seen.add(id(pat))
+        if isinstance(pat, (Var, Const, Op)) and pat.name:
+            names.add(pat.name)
+        if isinstance(pat, Op):
+            stack.extend(pat.inputs)
+        elif isinstance(pat, AnyOf):
+            stack.extend(pat.alternatives)
+    return frozenset(names)
+
+
+def match_pattern(pattern: Pat, root: Node, trace: Trace,
+                  names: frozenset[str] | None = None) -> Match | None:
+    """Match ``pattern`` against the first output of ``root`` (``names``: the pattern's
+    :func:`pattern_names`, computed once per rule by the caller)."""
     state = _State(trace)
     if pattern.match(root.outputs[0], state):
-        return Match(root, state)
+        return Match(root, state, names if names is not None else pattern_names(pattern))
     return None

@@ -20,11 +20,15 @@ from dataclasses import dataclass
 
 from onnxopt.ir import symdim as sd
 from onnxopt.ir.dtypes import FLOAT_TYPES, dtype_name
-from onnxopt.ir.edit import replace_value
 from onnxopt.ir.node import Node
 from onnxopt.ir.value import Value
 from onnxopt.legality.predicates import SHAPE_READERS
 from onnxopt.match.pattern import Match
+from onnxopt.rules.base import Facts
+
+# A norm's reductions: their axes (an input, or an attribute before opset 18) and keepdims are
+# read through the node's recorded meaning (sem), checked by the rule's legality.
+REDUCE_READS = ("axes", "keepdims", "noop_with_empty_axes")
 
 
 def sole_reader(node: Node) -> Node | None:
@@ -87,10 +91,9 @@ def divides_a_value(check=None):
     return run
 
 
-def per_feature_weights(m: Match, hidden) -> str | None:
+def per_feature_weights(hidden, gamma: Value | None, beta: Value | None = None) -> str | None:
     """gamma and beta (when present) hold one number per feature."""
-    for name, what in (("gamma", "scale (gamma)"), ("beta", "bias (beta)")):
-        value = getattr(m, name)
+    for value, what in ((gamma, "scale (gamma)"), (beta, "bias (beta)")):
         if value is not None and (reason := feature_shape(value, hidden, what)):
             return reason
     return None
@@ -141,9 +144,25 @@ def find_residual(x: Value, m: Match, movable: tuple[Value | None, ...]) -> Resi
     return Residual(add, a, b, keep)
 
 
-def emit_norm(b, m: Match, op: str, x: Value, weights: tuple[Value | None, ...], **attrs):
-    """Create the fused norm (folding ``m.residual``); returns its Y output."""
-    res: Residual | None = m.residual
+@dataclass(frozen=True)
+class NormFacts(Facts):
+    residual: Residual | None = None
+    beta: Value | None = None  # (LayerNormalization's own third input)
+
+
+def norm_facts(residual: Residual | None, beta: Value | None = None) -> NormFacts:
+    """The residual Add is absorbed; when its sum is read elsewhere too, it is an output."""
+    if residual is None:
+        return NormFacts(beta=beta)
+    return NormFacts(absorbed=(residual.add,), beta=beta, residual=residual,
+                     outputs=(residual.add.output,) if residual.keep_sum else ())
+
+
+def emit_norm(b, facts: NormFacts, op: str, x: Value, weights: tuple[Value | None, ...],
+              **attrs) -> Value | list[Value]:
+    """Create the fused norm (folding the residual); its Y output, and the sum S as a second
+    output of the match where the sum is read elsewhere."""
+    res = facts.residual
     if res is None:
         inputs = [x, *weights]
     else:
@@ -152,19 +171,14 @@ def emit_norm(b, m: Match, op: str, x: Value, weights: tuple[Value | None, ...],
     while inputs and inputs[-1] is None:
         inputs.pop()
     if res is None or not res.keep_sum:
-        y = b.fused(op, *inputs, **attrs)
-    else:
-        b.anchor = res.add  # S replaces the sum for its other readers, which follow the Add
-        y, s = b.fused(op, *inputs, outputs=2, **attrs)
-        s.dtype, s.shape = res.add.output.dtype, res.add.output.shape
-        replace_value(b.graph, res.add.output, s)
-    if res is not None:
-        m.nodes.insert(0, res.add)  # the driver removes it with the match once nothing reads it
-    return y
+        return b.fused(op, *inputs, **attrs)
+    y, s = b.fused(op, *inputs, outputs=2, **attrs)
+    s.dtype, s.shape = res.add.output.dtype, res.add.output.shape
+    return [y, s]
 
 
-def residual_text(m: Match) -> str:
-    res: Residual | None = m.residual
+def residual_text(facts: NormFacts) -> str:
+    res = facts.residual
     if res is None:
         return ""
     return ", residual + sum output" if res.keep_sum else ", residual"

@@ -13,6 +13,8 @@ additive (where_to_additive). What is left to recognise here:
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 import numpy as np
 
 from onnxopt.ir import symdim as sd
@@ -21,7 +23,7 @@ from onnxopt.ir.dtypes import FLOAT_TYPES
 from onnxopt.legality.mask import MaskInfo, classify_mask
 from onnxopt.legality.predicates import last_axis, reduction_order, scalar_constant
 from onnxopt.match.pattern import Builder, Match
-from onnxopt.rules.base import Rule
+from onnxopt.rules.base import Facts, Rule
 
 
 def _repeated(p: Builder, base: str):
@@ -30,7 +32,14 @@ def _repeated(p: Builder, base: str):
     unsq = p.Unsqueeze(kv, p.const(), name=f"{base}_unsqueeze")
     rep = p.any(p.Expand(unsq, p.var(f"{base}_expand_shape"), name=f"{base}_expand"),
                 p.Tile(unsq, p.var(f"{base}_tile_repeats"), name=f"{base}_expand"))
-    return p.any(p.Reshape(rep, p.var(f"{base}_repeat_shape"), name=f"{base}_repeat"), kv)
+    # (allowzero: legality reads the Reshape's inferred output shape, which accounts for it)
+    return p.any(p.Reshape(rep, p.var(f"{base}_repeat_shape"), name=f"{base}_repeat",
+                           reads=("allowzero",)), kv)
+
+
+@dataclass(frozen=True)
+class AttentionFacts(Facts):
+    mask_info: MaskInfo = field(default_factory=MaskInfo)  # what the probes proved
 
 
 class Attention(Rule):
@@ -38,7 +47,6 @@ class Attention(Rule):
 
     name = "attention"
     root = "MatMul"
-    fused_op = "AttentionFused"
 
     def begin(self, model) -> None:
         self.model = model
@@ -53,12 +61,12 @@ class Attention(Rule):
             p.Add(scaled, p.var("mask"), name="mask_add"),
             scaled,
         )
-        softmax = p.Softmax(biased, name="softmax")
+        softmax = p.Softmax(biased, name="softmax", reads=("axis",))
         probs = p.optional(p.Where(p.IsNaN(softmax), p.const("zero", value=0.0), softmax,
                                    name="nan_guard"), softmax)
         return p.MatMul(probs, _repeated(p, "v"), name="pv")
 
-    def legal(self, m: Match, target) -> str | None:
+    def legal(self, m: Match, target) -> str | AttentionFacts:
         reason = last_axis(m.softmax, "softmax")
         if reason:
             return reason
@@ -72,23 +80,25 @@ class Attention(Rule):
         for name in ("k", "v"):
             if (reason := self._repeat_legal(m, name)):
                 return reason
-        return (self._shapes_legal(m) or self._mask_legal(m) or self._mask_kind(m)
-                or reduction_order(target, "attention (streaming softmax)"))
+        if reason := (self._shapes_legal(m) or self._mask_legal(m)):
+            return reason
+        verdict = self._mask_kind(m)
+        if isinstance(verdict, str):
+            return verdict
+        return reduction_order(target, "attention (streaming softmax)") or verdict
 
-    def _mask_kind(self, m: Match) -> str | None:
+    def _mask_kind(self, m: Match) -> str | AttentionFacts:
         """Prove what the mask contains (causal, key padding); refuse a fake causal mask."""
-        m.extra["mask_info"] = MaskInfo()
         if m.mask is None or m.bias is not None:
-            return None
+            return AttentionFacts(mask_info=MaskInfo())
         info = self._masks.get(id(m.mask))
         if info is None:
             scores = m.qk.output.shape
             info = classify_mask(self.model, m.mask, scores[0], scores[-1], scores[-2])
             self._masks[id(m.mask)] = info
-        m.extra["mask_info"] = info
         if info.looks_causal and info.reason:
             return f"%{m.mask.name}: {info.reason}"
-        return None
+        return AttentionFacts(mask_info=info)
 
     def _repeat_legal(self, m: Match, base: str) -> str | None:
         repeat = getattr(m, f"{base}_repeat")
@@ -154,7 +164,7 @@ class Attention(Rule):
                 return f"%{mask.name}: a mask of shape {list(mask.shape)} would enlarge scores {list(scores)}"
         return None
 
-    def rewrite(self, b: NodeBuilder, m: Match):
+    def rewrite(self, b: NodeBuilder, m: Match, facts: AttentionFacts):
         mask = m.mask
         if m.bias is not None:
             mask = b.op("Add", m.mask, m.bias)
@@ -164,7 +174,7 @@ class Attention(Rule):
         heads = q.shape[1] if q.rank == 4 else 1
         kv_heads = k.shape[1] if k.rank == 4 else 1
         scale = float(m.scale.const.numpy().reshape(-1)[0]) if m.scale is not None else 1.0
-        info = m.mask_info or MaskInfo()
+        info = facts.mask_info
         kind = "none" if mask is None else info.kind
         out = b.fused("AttentionFused", q, k, m.v, mask, info.padding_input,
                       num_heads=heads, kv_num_heads=kv_heads,
@@ -173,15 +183,14 @@ class Attention(Rule):
                       head_size=q.shape[-1] if isinstance(q.shape[-1], int) else 0)
         return out
 
-    def describe(self, m: Match) -> str:
+    def describe(self, m: Match, facts: AttentionFacts) -> str:
         q, k = m.q, m.k
         heads = q.shape[1] if q.rank == 4 else 1
         kv = k.shape[1] if k.rank == 4 else 1
         parts = [f"heads {heads}" + (f", kv heads {kv}" if kv != heads else "")]
         if m.scale is not None:
             parts.append(f"scale {float(np.asarray(m.scale.const.numpy()).reshape(-1)[0]):.4g}")
-        info = m.mask_info or MaskInfo()
-        parts.append(f"mask {info.kind}" if m.mask is not None else "no mask")
+        parts.append(f"mask {facts.mask_info.kind}" if m.mask is not None else "no mask")
         if m.bias is not None:
             parts.append("+ bias")
         return ", ".join(parts)

@@ -31,7 +31,7 @@ HEAD_PERM = (0, 2, 1, 3)
 
 def _split(p: Builder, name: str):
     return p.Transpose(p.Reshape(p.var(f"{name}_bsh", rank=3), p.var(f"{name}_split_shape"),
-                                 name=f"{name}_reshape"),
+                                 name=f"{name}_reshape", reads=("allowzero",)),
                        attrs={"perm": HEAD_PERM}, name=f"{name}_split")
 
 
@@ -51,11 +51,10 @@ class AttentionInputLayout(Rule):
 
     name = "attention_layout"
     root = "AttentionFused"
-    fused_op = "AttentionFused"
 
     def pattern(self, p: Builder):
         return p.op("AttentionFused", _split(p, "q"), _split(p, "k"), _split(p, "v"),
-                    domain=FUSED_DOMAIN, name="attention",
+                    domain=FUSED_DOMAIN, name="attention", other_inputs=True,
                     check=lambda n: None if n.attr("layout", "BNSH") == "BNSH"
                     else "the inputs are already packed")
 
@@ -67,7 +66,7 @@ class AttentionInputLayout(Rule):
                 return reason
         return None
 
-    def rewrite(self, b: NodeBuilder, m: Match):
+    def rewrite(self, b: NodeBuilder, m: Match, facts):
         node = m.attention
         v_head = m.v_reshape.output.shape[3]
         attrs = attributes_with(node, layout="BSH",
@@ -75,7 +74,7 @@ class AttentionInputLayout(Rule):
         out = b.fused("AttentionFused", m.q_bsh, m.k_bsh, m.v_bsh, *node.inputs[3:], **attrs)
         return out
 
-    def describe(self, m: Match) -> str:
+    def describe(self, m: Match, facts) -> str:
         return "head split of Q, K and V absorbed"
 
 
@@ -84,14 +83,14 @@ class AttentionOutputLayout(Rule):
 
     name = "attention_layout"
     root = "Reshape"
-    fused_op = "AttentionFused"
 
     def pattern(self, p: Builder):
         attention = p.op("AttentionFused", p.var("q"), p.var("k"), p.var("v"), domain=FUSED_DOMAIN,
+                         other_inputs=True,
                          name="attention", check=lambda n: None if n.attr(
                              "output_layout", "BNSH") == "BNSH" else "the output is already merged")
         return p.Reshape(p.Transpose(attention, attrs={"perm": HEAD_PERM}, name="merge"),
-                         p.var("merge_shape"), name="merge_reshape")
+                         p.var("merge_shape"), name="merge_reshape", reads=("allowzero",))
 
     def legal(self, m: Match, target) -> str | None:
         t, r = m.merge.output.shape, m.merge_reshape.output.shape
@@ -104,12 +103,12 @@ class AttentionOutputLayout(Rule):
             return (f"%{m.merge_reshape.output.name}: {list(t)} → {list(r)} is not a head merge")
         return None
 
-    def rewrite(self, b: NodeBuilder, m: Match):
+    def rewrite(self, b: NodeBuilder, m: Match, facts):
         node = m.attention
         dv = m.merge.output.shape[3]
         attrs = attributes_with(node, output_layout="BSH",
                             v_head_size=dv if isinstance(dv, int) else node.attr("v_head_size", 0))
         return b.fused("AttentionFused", *node.inputs, **attrs)
 
-    def describe(self, m: Match) -> str:
+    def describe(self, m: Match, facts) -> str:
         return "head merge of the output absorbed"

@@ -30,11 +30,10 @@ class AttentionProjections(Rule):
 
     name = "attention_projections"
     root = "AttentionFused"
-    fused_op = "AttentionFused"
 
     def pattern(self, p: Builder):
         return p.op("AttentionFused", _projection(p, "q"), _projection(p, "k"),
-                    _projection(p, "v"), domain=FUSED_DOMAIN, name="attention",
+                    _projection(p, "v"), domain=FUSED_DOMAIN, name="attention", other_inputs=True,
                     check=_packed_inputs)
 
     def legal(self, m: Match, target) -> str | None:
@@ -52,13 +51,13 @@ class AttentionProjections(Rule):
                         f"{list(bias.const.shape)}, not [{w.const.shape[1]}]")
         return None
 
-    def rewrite(self, b: NodeBuilder, m: Match):
+    def rewrite(self, b: NodeBuilder, m: Match, facts):
         node = m.attention
         return b.fused("AttentionFused", m.q_x, m.k_x, m.v_x, node.input(3), node.input(4),
                        m.q_weight, m.k_weight, m.v_weight, m.q_bias, m.k_bias, m.v_bias,
                        **attributes_with(node, projections=1))
 
-    def describe(self, m: Match) -> str:
+    def describe(self, m: Match, facts) -> str:
         biased = sum(getattr(m, f"{n}_bias") is not None for n in "qkv")
         return f"Q/K/V projections absorbed ({biased} with bias)"
 

@@ -1,19 +1,42 @@
-"""What a fusion rule is, and the builder its rewrite uses.
+"""What a fusion rule is.
 
 A rule reads top to bottom: the rewrite in arrow form (its docstring's first
-line), ``pattern``, ``legal`` (``None`` or a sentence), ``rewrite``. The
-driver checks the shared predicate — no intermediate of the match may be read
-outside it — before calling ``legal``.
+line), ``pattern``, ``legal``, ``rewrite``. The driver checks the shared
+predicate — no intermediate of the match may be read outside it — before calling
+``legal``, which answers with a sentence (the refusal ``explain`` shows), or
+``None``, or the :class:`Facts` it proved; ``rewrite`` receives those facts. A
+match is never written to: what ``legal`` learns reaches ``rewrite`` only as facts.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import ClassVar
 
 from onnxopt.ir.builder import NodeBuilder
+from onnxopt.ir.node import Node
 from onnxopt.ir.value import Value
 from onnxopt.legality.target import Target
 from onnxopt.match.pattern import Builder, Match, Pat
+
+
+@dataclass(frozen=True)
+class Facts:
+    """What ``legal`` proved that ``rewrite`` needs (rules subclass it with their own fields).
+
+    ``absorbed``: nodes outside the pattern that the rewrite takes in too (a bias Add
+    before an activation, a residual Add before a norm); the driver removes them with the
+    match once nothing reads them.
+
+    ``outputs``: values of the region other than the root's that stay read outside it (the
+    residual sum a norm passes on): the match has several outputs. ``rewrite`` then returns
+    the root's replacements followed by one for each of these, the driver replaces them
+    all, and places the new nodes before the producer of the first of them (the earliest:
+    its other readers follow it).
+    """
+
+    absorbed: tuple[Node, ...] = ()
+    outputs: tuple[Value, ...] = ()
 
 
 class Rule:
@@ -21,7 +44,6 @@ class Rule:
 
     name: ClassVar[str] = ""
     root: ClassVar[str | tuple[str, ...]] = ""  # the op type(s) a match can end at
-    fused_op: ClassVar[str] = ""
 
     def begin(self, model) -> None:
         """Called once per run before matching (rules that analyse the model keep it)."""
@@ -29,12 +51,16 @@ class Rule:
     def pattern(self, p: Builder) -> Pat:  # pragma: no cover - abstract
         raise NotImplementedError
 
-    def legal(self, m: Match, target: Target) -> str | None:
+    def legal(self, m: Match, target: Target) -> str | Facts | None:
+        """A sentence saying why the match cannot be rewritten here, else ``None`` or the facts
+        ``rewrite`` needs."""
         return None
 
-    def rewrite(self, b: NodeBuilder, m: Match) -> Value | list[Value]:  # pragma: no cover
+    def rewrite(self, b: NodeBuilder, m: Match, facts: Facts | None
+                ) -> Value | list[Value]:  # pragma: no cover - abstract
+        """The replacement of the match's output (a list: of each of its outputs)."""
         raise NotImplementedError
 
-    def describe(self, m: Match) -> str:
+    def describe(self, m: Match, facts: Facts | None) -> str:
         """One line for explain: what the match is (override to add attributes)."""
         return f"{len(m.nodes)} nodes"

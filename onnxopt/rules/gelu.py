@@ -18,6 +18,8 @@ the pattern rather than in it, so that a GELU is never refused for its bias.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from onnxopt.ir import symdim as sd
 from onnxopt.ir.builder import NodeBuilder
 from onnxopt.ir.dtypes import FLOAT_TYPES
@@ -26,7 +28,7 @@ from onnxopt.ir.value import Value
 from onnxopt.match.pattern import Builder, Match
 from onnxopt.ops.activations import SQRT_2_OVER_PI, SQRT_HALF, TANH_CUBIC
 from onnxopt.rules._norm import feature_shape
-from onnxopt.rules.base import Rule
+from onnxopt.rules.base import Facts, Rule
 
 TOLERANCE = 2e-3  # admits the float16 and bfloat16 roundings of 1/√2, √(2/π), 0.044715
 
@@ -73,12 +75,16 @@ def _tanh_argument(p: Builder, x, one):
     return p.any(expanded, factored)
 
 
+@dataclass(frozen=True)
+class GeluFacts(Facts):
+    bias: tuple[Value, Value, Node] | None = None  # (x, bias, Add) folded into the GELU
+
+
 class Gelu(Rule):
     """0.5·x·(1 + erf(x/√2)) | its tanh approximation  ->  ai.onnxopt.GeluFused(x, bias?)"""
 
     name = "gelu"
     root = "Mul"
-    fused_op = "GeluFused"
 
     def pattern(self, p: Builder):
         x = p.var("x", dtype=FLOAT_TYPES)
@@ -87,18 +93,17 @@ class Gelu(Rule):
         tanh = p.Add(p.Tanh(_tanh_argument(p, x, one), name="tanh"), one)
         return p.any(*_half_placements(p, x, erf), *_half_placements(p, x, tanh))
 
-    def legal(self, m: Match, target) -> str | None:
-        m.extra["bias"] = _bias(m)  # folded when it can be; never a reason to refuse the GELU
-        return None
+    def legal(self, m: Match, target) -> GeluFacts:
+        bias = _bias(m)  # folded when it can be; never a reason to refuse the GELU
+        return GeluFacts(absorbed=(bias[2],) if bias else (), bias=bias)
 
-    def rewrite(self, b: NodeBuilder, m: Match):
+    def rewrite(self, b: NodeBuilder, m: Match, facts: GeluFacts):
         approximate = "tanh" if m.tanh is not None else "none"
-        if m.bias is None:
+        if facts.bias is None:
             return b.fused("GeluFused", m.x, approximate=approximate)
-        x, bias, add = m.bias
-        m.nodes.insert(0, add)  # the driver removes it with the match
+        x, bias, _ = facts.bias
         return b.fused("GeluFused", x, bias, approximate=approximate)
 
-    def describe(self, m: Match) -> str:
+    def describe(self, m: Match, facts: GeluFacts) -> str:
         kind = "tanh approximation" if m.tanh is not None else "erf"
-        return kind + (", bias" if m.bias is not None else "")
+        return kind + (", bias" if facts.bias is not None else "")

@@ -20,10 +20,13 @@ from onnxopt.ir.dtypes import FLOAT_TYPES
 from onnxopt.legality.predicates import last_axis, scalar_constant
 from onnxopt.match.pattern import Builder, Match
 from onnxopt.rules._norm import (
+    REDUCE_READS,
+    NormFacts,
     emit_norm,
     ends_later,
     find_residual,
     hidden_size,
+    norm_facts,
     per_feature_weights,
     residual_text,
 )
@@ -43,13 +46,13 @@ class LayerNorm(Rule):
     # Once all-ones weights and zero biases are gone, the decomposed form ends at the bias Add,
     # the weight Mul, d / std (or d * 1/std), or the Cast back to the input type.
     root = ("Add", "Mul", "Div", "Cast")
-    fused_op = "LayerNormFused"
 
     def pattern(self, p: Builder):
         x = p.var("x", dtype=FLOAT_TYPES)
-        xin = p.optional(p.Cast(x, name="cast_in"), x)
-        d = p.Sub(xin, p.ReduceMean(xin, name="mean"), name="centered")
-        var = p.ReduceMean(p.any(p.Pow(d, p.const(value=2.0)), p.Mul(d, d)), name="var")
+        xin = p.optional(p.Cast(x, name="cast_in", reads=("to",)), x)
+        d = p.Sub(xin, p.ReduceMean(xin, p.maybe(p.const()), name="mean", reads=REDUCE_READS), name="centered")
+        var = p.ReduceMean(p.any(p.Pow(d, p.const(value=2.0)), p.Mul(d, d)),
+                           p.maybe(p.const()), name="var", reads=REDUCE_READS)
         std = p.Sqrt(p.Add(var, p.var("eps")), name="sqrt")
 
         def normed(check=None):
@@ -57,7 +60,7 @@ class LayerNorm(Rule):
                          p.Mul(d, p.Reciprocal(std), name="normed", check=check))
 
         def back(check=None):
-            return p.Cast(normed(), name="cast_out", check=check)
+            return p.Cast(normed(), name="cast_out", check=check, reads=("to",))
 
         gamma, beta = p.const("gamma"), p.const("beta")
         inner = p.any(back(), normed())
@@ -82,19 +85,18 @@ class LayerNorm(Rule):
         if reason := scalar_constant(m.eps, "epsilon"):
             return reason
         hidden, reason = hidden_size(m.x)
-        if reason or (reason := per_feature_weights(m, hidden)):
+        if reason or (reason := per_feature_weights(hidden, m.gamma, m.beta)):
             return reason
-        m.extra["residual"] = find_residual(m.x, m, (m.gamma, m.beta))
-        return None
+        return norm_facts(find_residual(m.x, m, (m.gamma, m.beta)))
 
-    def rewrite(self, b: NodeBuilder, m: Match):
+    def rewrite(self, b: NodeBuilder, m: Match, facts: NormFacts):
         eps = float(m.eps.const.numpy().reshape(-1)[0])
-        return emit_norm(b, m, "LayerNormFused", m.x, (m.gamma, m.beta), epsilon=eps, axis=-1,
-                         compute_dtype=_compute_dtype(m))
+        return emit_norm(b, facts, "LayerNormFused", m.x, (m.gamma, m.beta), epsilon=eps,
+                         axis=-1, compute_dtype=_compute_dtype(m))
 
-    def describe(self, m: Match) -> str:
+    def describe(self, m: Match, facts: NormFacts) -> str:
         eps = float(m.eps.const.numpy().reshape(-1)[0])
-        return f"epsilon {eps:g}{residual_text(m)}"
+        return f"epsilon {eps:g}{residual_text(facts)}"
 
 
 class LayerNormOp(Rule):
@@ -102,10 +104,11 @@ class LayerNormOp(Rule):
 
     name = "layer_norm"
     root = "LayerNormalization"
-    fused_op = "LayerNormFused"
 
     def pattern(self, p: Builder):
-        return p.LayerNormalization(p.var("x", dtype=FLOAT_TYPES), p.var("gamma"), name="ln")
+        return p.LayerNormalization(p.var("x", dtype=FLOAT_TYPES), p.var("gamma"),
+                                    p.maybe(p.var("beta")), name="ln",
+                                    reads=("axis", "epsilon", "stash_type"))
 
     def legal(self, m: Match, target) -> str | None:
         ln, x = m.ln, m.x
@@ -119,23 +122,22 @@ class LayerNormOp(Rule):
         if any(o.num_uses or o.is_graph_output for o in ln.outputs[1:]):
             return (f"{ln.name}: its Mean/InvStdDev outputs are read, which the fused op does "
                     "not give")
-        m.extra["beta"] = ln.input(2)
         hidden, reason = hidden_size(x)
-        if reason or (reason := per_feature_weights(m, hidden)):
+        if reason or (reason := per_feature_weights(hidden, m.gamma, m.beta)):
             return reason
-        m.extra["residual"] = find_residual(x, m, (m.gamma, m.beta))
-        return None
+        return norm_facts(find_residual(x, m, (m.gamma, m.beta)))
 
-    def rewrite(self, b: NodeBuilder, m: Match):
+    def rewrite(self, b: NodeBuilder, m: Match, facts: NormFacts):
         x = m.x
         stash = m.ln.attr("stash_type", 1)
         compute = "float32" if stash == 1 else x.dtype
-        return emit_norm(b, m, "LayerNormFused", x, (m.gamma, m.beta),
+        return emit_norm(b, facts, "LayerNormFused", x, (m.gamma, m.beta),
                          epsilon=float(m.ln.attr("epsilon", 1e-5)), axis=-1,
                          compute_dtype="" if compute == x.dtype else compute)
 
-    def describe(self, m: Match) -> str:
-        return f"LayerNormalization, epsilon {m.ln.attr('epsilon', 1e-5):g}{residual_text(m)}"
+    def describe(self, m: Match, facts: NormFacts) -> str:
+        return (f"LayerNormalization, epsilon {m.ln.attr('epsilon', 1e-5):g}"
+                f"{residual_text(facts)}")
 
 
 def _axes(axes) -> list | str:

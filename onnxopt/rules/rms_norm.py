@@ -23,11 +23,14 @@ from onnxopt.ir.node import Node
 from onnxopt.legality.predicates import last_axis, scalar_constant
 from onnxopt.match.pattern import Builder, Match
 from onnxopt.rules._norm import (
+    REDUCE_READS,
+    NormFacts,
     divides_a_value,
     emit_norm,
     ends_later,
     find_residual,
     hidden_size,
+    norm_facts,
     per_feature_weights,
     residual_text,
 )
@@ -40,13 +43,13 @@ class RMSNorm(Rule):
     name = "rms_norm"
     # It ends at the weight Mul, at x / sqrt(...) (an all-ones weight), or at the Cast back.
     root = ("Mul", "Div", "Cast")
-    fused_op = "RMSNormFused"
 
     def pattern(self, p: Builder):
         x = p.var("x", dtype=FLOAT_TYPES)
-        xin = p.optional(p.Cast(x, name="cast_in"), x)
+        xin = p.optional(p.Cast(x, name="cast_in", reads=("to",)), x)
         square = p.any(p.Pow(xin, p.const(value=2.0)), p.Mul(xin, xin))
-        mean = p.ReduceMean(square, name="mean", check=_not_centered)
+        mean = p.ReduceMean(square, p.maybe(p.const()), name="mean", check=_not_centered,
+                            reads=REDUCE_READS)
         std = p.Sqrt(p.Add(mean, p.var("eps")), name="sqrt")
         rstd = p.any(p.Reciprocal(std), p.Div(p.const(value=1.0), std))
 
@@ -55,7 +58,7 @@ class RMSNorm(Rule):
                          p.Div(xin, std, name="normed", check=divides_a_value(check)))
 
         def back(check=None):
-            return p.Cast(normed(), name="cast_out", check=check)
+            return p.Cast(normed(), name="cast_out", check=check, reads=("to",))
 
         return p.any(
             p.Mul(p.any(back(), normed()), p.const("gamma"), name="weight"),
@@ -71,21 +74,20 @@ class RMSNorm(Rule):
         if reason := scalar_constant(m.eps, "epsilon"):
             return reason
         hidden, reason = hidden_size(m.x)
-        if reason or (reason := per_feature_weights(m, hidden)):
+        if reason or (reason := per_feature_weights(hidden, m.gamma)):
             return reason
-        m.extra["residual"] = find_residual(m.x, m, (m.gamma,))
-        return None
+        return norm_facts(find_residual(m.x, m, (m.gamma,)))
 
-    def rewrite(self, b: NodeBuilder, m: Match):
+    def rewrite(self, b: NodeBuilder, m: Match, facts: NormFacts):
         compute = m.cast_in.output.dtype if m.cast_in is not None else ""
-        return emit_norm(b, m, "RMSNormFused", m.x, (m.gamma,),
+        return emit_norm(b, facts, "RMSNormFused", m.x, (m.gamma,),
                          epsilon=float(m.eps.const.numpy().reshape(-1)[0]),
                          compute_dtype=compute or "")
 
-    def describe(self, m: Match) -> str:
+    def describe(self, m: Match, facts: NormFacts) -> str:
         eps = float(m.eps.const.numpy().reshape(-1)[0])
         cast = f", computed in {m.cast_in.output.dtype}" if m.cast_in is not None else ""
-        return f"epsilon {eps:g}{cast}{residual_text(m)}"
+        return f"epsilon {eps:g}{cast}{residual_text(facts)}"
 
 
 def _not_centered(mean: Node) -> str | None:

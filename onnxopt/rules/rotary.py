@@ -26,12 +26,13 @@ class Rotary(Rule):
 
     name = "rotary"
     root = "Add"
-    fused_op = "RotaryFused"
 
     def pattern(self, p: Builder):
         x = p.var("x", dtype=FLOAT_TYPES)
-        rotated = p.Concat(p.Neg(p.Slice(x, name="second_half")), p.Slice(x, name="first_half"),
-                           name="concat")
+        # (the halves' bounds are Slice's other inputs, checked in legal)
+        rotated = p.Concat(p.Neg(p.Slice(x, name="second_half", other_inputs=True)),
+                           p.Slice(x, name="first_half", other_inputs=True),
+                           name="concat", reads=("axis",))
         # The rotated term first: it pins x, so the commuted Mul(x, cos) cannot bind x to cos.
         return p.Add(p.Mul(rotated, p.var("sin")), p.Mul(x, p.var("cos")))
 
@@ -69,10 +70,10 @@ class Rotary(Rule):
             return f"%{sin.name}: sin has shape {list(sin.shape)}, cos {list(cos.shape)}"
         return None
 
-    def rewrite(self, b: NodeBuilder, m: Match):
+    def rewrite(self, b: NodeBuilder, m: Match, facts):
         return b.fused("RotaryFused", m.x, m.cos, m.sin, interleaved=0, rotary_dim=0)
 
-    def describe(self, m: Match) -> str:
+    def describe(self, m: Match, facts) -> str:
         return f"rotate-half, head size {m.x.shape[-1]}"
 
 

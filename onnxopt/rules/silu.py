@@ -20,7 +20,6 @@ class Silu(Rule):
 
     name = "silu"
     root = "Mul"
-    fused_op = "SiluFused"
 
     def pattern(self, p: Builder):
         x = p.var("x", dtype=FLOAT_TYPES)
@@ -32,10 +31,10 @@ class Silu(Rule):
             return scalar_constant(m.alpha, "sigmoid's scale α")
         return None
 
-    def rewrite(self, b: NodeBuilder, m: Match):
+    def rewrite(self, b: NodeBuilder, m: Match, facts):
         return b.fused("SiluFused", m.x, alpha=_alpha(m))
 
-    def describe(self, m: Match) -> str:
+    def describe(self, m: Match, facts) -> str:
         alpha = _alpha(m)
         return "x·sigmoid(x)" if alpha == 1.0 else f"x·sigmoid({alpha:g}·x)"
 

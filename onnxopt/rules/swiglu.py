@@ -19,7 +19,6 @@ class SwiGLU(Rule):
 
     name = "swiglu"
     root = "Mul"
-    fused_op = "SwiGLUFused"
 
     def pattern(self, p: Builder):
         gate = p.var("gate", dtype=FLOAT_TYPES)
@@ -41,10 +40,10 @@ class SwiGLU(Rule):
                     "SwiGLU needs equal shapes")
         return None
 
-    def rewrite(self, b: NodeBuilder, m: Match):
+    def rewrite(self, b: NodeBuilder, m: Match, facts):
         return b.fused("SwiGLUFused", m.gate, m.up)
 
-    def describe(self, m: Match) -> str:
+    def describe(self, m: Match, facts) -> str:
         return "after SiluFused" if m.silu.domain == FUSED_DOMAIN else "raw x·sigmoid(x)"
 
 
