@@ -24,6 +24,7 @@ from onnxopt.exporter import export_model_lazy
 from onnxopt.fuse import FusionReport
 from onnxopt.importer import import_model
 from onnxopt.ir.model import Model
+from onnxopt.ir.node import STANDARD_DOMAINS
 from onnxopt.ir.tensor import LazyTensor
 from onnxopt.ir.verifier import verify_graph
 from onnxopt.options import OptimizeOptions
@@ -82,7 +83,7 @@ def proto_histogram(graph) -> Counter:
     """Ops of an exported graph (subgraphs included): what the user's file really holds."""
     counts: Counter = Counter()
     for node in graph.node:
-        op = node.op_type if node.domain in ("", "ai.onnx") else f"{node.domain}::{node.op_type}"
+        op = node.op_type if node.domain in STANDARD_DOMAINS else f"{node.domain}::{node.op_type}"
         counts[op] += 1
         for a in node.attribute:
             for g in ([a.g] if a.HasField("g") else []) + list(a.graphs):

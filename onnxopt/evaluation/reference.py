@@ -14,7 +14,7 @@ from onnx.reference import ReferenceEvaluator
 from onnxopt.exporter.build import ProtoWriter
 from onnxopt.ir.dtypes import dtype_code, from_numpy
 from onnxopt.ir.model import Model
-from onnxopt.ir.node import Node
+from onnxopt.ir.node import STANDARD_DOMAINS, Node
 
 
 def evaluate_node(model: Model, node: Node, arrays: list[np.ndarray | None]) -> list | None:
@@ -31,7 +31,7 @@ def evaluate_node(model: Model, node: Node, arrays: list[np.ndarray | None]) -> 
         outputs = [helper.make_tensor_value_info(o, 0, None) for o in proto.output]
         graph = helper.make_graph([proto], "fold", inputs, outputs)
         opsets = [helper.make_opsetid(d, v) for d, v in model.opset_imports.items()
-                  if d in ("", "ai.onnx")]
+                  if d in STANDARD_DOMAINS]
         one = helper.make_model(graph, opset_imports=opsets)
         one.ir_version = 10
         return list(ReferenceEvaluator(one).run(None, feeds))

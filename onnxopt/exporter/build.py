@@ -19,7 +19,7 @@ from onnxopt.exporter.versions import choose_ir_version
 from onnxopt.ir.dtypes import dtype_code
 from onnxopt.ir.graph import Graph
 from onnxopt.ir.model import Model
-from onnxopt.ir.node import Attr, Node
+from onnxopt.ir.node import STANDARD_DOMAINS, Attr, Node
 from onnxopt.ir.opset_spelling import export_form
 from onnxopt.ir.tensor import LazyTensor
 from onnxopt.ir.value import Value
@@ -44,7 +44,7 @@ def export_model_lazy(model: Model) -> tuple[ModelProto, dict[str, LazyTensor]]:
     graph = exporter.graph(model.graph)
     opsets = dict(model.opset_imports)
     for domain in exporter.domains:
-        if domain not in ("", "ai.onnx") and domain not in opsets:
+        if domain not in STANDARD_DOMAINS and domain not in opsets:
             opsets[domain] = 1
     proto = helper.make_model(
         graph,
@@ -93,7 +93,7 @@ class ProtoWriter:
                 # ops would be a claim ORT's memory planner trusts: where the input's declared
                 # shapes were wrong, a wrong claim breaks a model the original runs.
                 if out.name in self.model.declared_value_info or (
-                        node.created_by and node.onnx_op[0] not in ("", "ai.onnx")):
+                        node.created_by and node.onnx_op[0] not in STANDARD_DOMAINS):
                     gp.value_info.append(value_info(out))
         outputs = g.output_set()
         for v in g.constants.values():
@@ -128,7 +128,7 @@ class ProtoWriter:
         self._read.update(inputs)
         self.domains.add(domain)
         pre: list[onnx.NodeProto] = []
-        if node.op_type == "MatMul" and node.domain in ("", "ai.onnx"):
+        if node.op_type == "MatMul" and node.domain in STANDARD_DOMAINS:
             for flag, pos in (("transpose_a", 0), ("transpose_b", 1)):
                 if node.sem.get(flag):
                     pre.append(self._swap_last_two(node, pos, inputs))

@@ -33,7 +33,7 @@ from onnxopt.importer.toposort import reads_of, topological_order
 from onnxopt.ir.dtypes import dtype_name
 from onnxopt.ir.graph import Graph, NameScope
 from onnxopt.ir.model import Model
-from onnxopt.ir.node import Attr, Node
+from onnxopt.ir.node import STANDARD_DOMAINS, Attr, Node
 from onnxopt.ir.opset_spelling import make_opaque, upgrade
 from onnxopt.ir.semantics import annotate
 from onnxopt.ir.tensor import LazyTensor
@@ -253,7 +253,7 @@ class _Importer:
         return v
 
     def _node(self, p: onnx.NodeProto, graph: Graph, scope: _Scope, index: int) -> None:
-        if p.op_type == "Constant" and p.domain in ("", "ai.onnx") and len(p.output) == 1:
+        if p.op_type == "Constant" and p.domain in STANDARD_DOMAINS and len(p.output) == 1:
             tensor = self._constant_node_tensor(p)
             if tensor is not None:
                 self._claim(scope, graph.names, p.output[0], "node output")
@@ -291,7 +291,7 @@ class _Importer:
             scope.values[name] = v
         graph.append(node)
         graph.set_inputs(node, inputs)
-        if node.domain in ("", "ai.onnx"):
+        if node.domain in STANDARD_DOMAINS:
             if unreadable:
                 make_opaque(node)  # a tensor attribute of data onnxopt cannot read
             else:
@@ -402,7 +402,7 @@ def _drop_weights(proto: ModelProto) -> None:
 
 def onnx_opset(proto: ModelProto) -> int:
     """The model's ONNX-domain opset (0 when it imports none, as ML-only models do)."""
-    return next((imp.version for imp in proto.opset_import if imp.domain in ("", "ai.onnx")), 0)
+    return next((imp.version for imp in proto.opset_import if imp.domain in STANDARD_DOMAINS), 0)
 
 
 def _other_type(tp: onnx.TypeProto) -> onnx.TypeProto | None:

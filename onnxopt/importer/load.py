@@ -19,6 +19,7 @@ from onnx import ModelProto, TensorProto
 
 from onnxopt.errors import ModelError, UsageError
 from onnxopt.ir.dtypes import dtype_name, numpy_dtype
+from onnxopt.ir.node import STANDARD_DOMAINS
 from onnxopt.ir.tensor import ExternalLocation
 
 _STRING, _MESSAGE = FieldDescriptor.TYPE_STRING, FieldDescriptor.TYPE_MESSAGE
@@ -105,7 +106,7 @@ def check_versions(model: ModelProto, label: str) -> None:
         raise ModelError(f"{label}: unsupported IR version {model.ir_version} "
                          f"(newer than {onnx.IR_VERSION}, the newest this onnx knows)")
     for imp in model.opset_import:
-        if imp.domain in ("", "ai.onnx") and imp.version > max_opset():
+        if imp.domain in STANDARD_DOMAINS and imp.version > max_opset():
             raise ModelError(f"{label}: unsupported opset {imp.version} "
                              f"(newer than {max_opset()}, the newest this onnx knows)")
 

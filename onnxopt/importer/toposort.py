@@ -15,6 +15,7 @@ from collections.abc import Callable
 from onnx import AttributeProto, GraphProto, NodeProto
 
 from onnxopt.errors import ModelError
+from onnxopt.ir.node import STANDARD_DOMAINS
 
 
 def topological_order(g: GraphProto, lookup: Callable[[str], object], label: str
@@ -71,7 +72,7 @@ def _without_shadowed_constants(nodes: list[NodeProto], label: str) -> list[int]
 
 
 def _is_constant(n: NodeProto) -> bool:
-    return n.op_type == "Constant" and n.domain in ("", "ai.onnx") and len(n.output) == 1
+    return n.op_type == "Constant" and n.domain in STANDARD_DOMAINS and len(n.output) == 1
 
 
 def _kahn(nodes: list[NodeProto], deps: list[list[int]], label: str

@@ -17,7 +17,10 @@ if TYPE_CHECKING:
     from onnxopt.ir.graph import Graph
     from onnxopt.ir.value import Value
 
-__all__ = ["LEGACY_DOMAIN", "OPAQUE_OP", "Attr", "Node"]
+__all__ = ["LEGACY_DOMAIN", "OPAQUE_OP", "STANDARD_DOMAINS", "Attr", "Node"]
+
+STANDARD_DOMAINS = frozenset({"", "ai.onnx"})
+"""The ONNX domain's two spellings."""
 
 LEGACY_DOMAIN = "onnxopt.legacy"
 OPAQUE_OP = "Opaque"  # the op type such a node has in the IR; ``sem["onnx_op"]`` keeps its own
@@ -99,7 +102,7 @@ class Node:
     @property
     def qualified_op(self) -> str:
         domain, op_type = self.onnx_op
-        return op_type if domain in ("", "ai.onnx") else f"{domain}::{op_type}"
+        return op_type if domain in STANDARD_DOMAINS else f"{domain}::{op_type}"
 
     def __repr__(self) -> str:
         return format_node(self)

@@ -25,7 +25,7 @@ from onnx import AttributeProto
 
 from onnxopt.ir.dtypes import numpy_dtype
 from onnxopt.ir.graph import Graph
-from onnxopt.ir.node import LEGACY_DOMAIN, OPAQUE_OP, Attr, Node
+from onnxopt.ir.node import LEGACY_DOMAIN, OPAQUE_OP, STANDARD_DOMAINS, Attr, Node
 from onnxopt.ir.tensor import LazyTensor
 from onnxopt.ir.value import Value
 
@@ -202,7 +202,7 @@ def export_form(node: Node, opset: int) -> tuple[str, list[Value | None], dict[s
         return node.sem.get("onnx_domain", ""), list(node.inputs), dict(node.attrs)
     inputs, attrs = list(node.inputs), dict(node.attrs)
     entry = MOVED_SINCE.get(node.op_type)
-    if node.domain not in ("", "ai.onnx") or entry is None or opset >= entry[0]:
+    if node.domain not in STANDARD_DOMAINS or entry is None or opset >= entry[0]:
         return node.domain, inputs, attrs
     _, moved = entry
     for index in _NEWER_ONLY_INPUTS.get(node.op_type, ()):

@@ -11,7 +11,12 @@ writes the meaning: ``axes`` (explicit, non-negative where the rank is known,
 
 from __future__ import annotations
 
-from onnxopt.ir.node import Node
+from onnxopt.ir.node import STANDARD_DOMAINS, Node
+
+COMMUTATIVE = frozenset({"Add", "Mul", "And", "Or", "Xor", "Equal", "Max", "Min", "Sum",
+                         "BitwiseAnd", "BitwiseOr", "BitwiseXor"})
+"""Ops whose two operands may swap with every element unchanged (IEEE addition and
+multiplication commute; Max/Min propagate NaN from either side in ONNX Runtime)."""
 
 REDUCE_OPS = frozenset({
     "ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2",
@@ -25,7 +30,7 @@ CHANNEL_FIRST_OPS = frozenset({
 
 def annotate(node: Node) -> None:
     """Fill ``node.sem`` from the node's ONNX form (idempotent)."""
-    if node.domain not in ("", "ai.onnx"):
+    if node.domain not in STANDARD_DOMAINS:
         return
     op = node.op_type
     if op in REDUCE_OPS:

@@ -216,8 +216,6 @@ def _feed(v: Value, symbols: dict, rng, pad: bool) -> np.ndarray:
     shape = tuple(evaluate(d, symbols) for d in v.shape)
     if pad:
         return evaluation.padding_mask(shape).astype(numpy_dtype(v.dtype))
-    if v.dtype in ("int64", "int32") and len(shape) == 2:
-        return np.ones(shape, dtype=numpy_dtype(v.dtype))
     return np.ones(shape, dtype=numpy_dtype(v.dtype))
 
 

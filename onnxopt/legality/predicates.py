@@ -43,7 +43,8 @@ def float_dtype(value: Value, what: str) -> str | None:
     return None
 
 
-def scalar_constant(value: Value, what: str) -> str | None:
+def not_scalar_constant(value: Value, what: str) -> str | None:
+    """Why ``value`` is not a one-element constant (a reason, or None when it is one)."""
     if value.const is None:
         return f"%{value.name}: the {what} is computed at run time, not a constant"
     if value.const.size != 1:

@@ -32,11 +32,11 @@ import numpy as np
 import onnx
 
 from onnxopt.ir.node import Node
+from onnxopt.ir.semantics import COMMUTATIVE, STANDARD_DOMAINS
 from onnxopt.ir.value import Value
 
 _DTYPE_TOLERANCE = {"float16": 1e-3, "bfloat16": 8e-3}
 
-COMMUTATIVE = frozenset({"Add", "Mul", "And", "Or", "Equal", "Max", "Min", "Xor", "Sum"})
 
 
 class Pat:
@@ -191,7 +191,7 @@ class Op(Pat):
             given -= 1
         if given > len(self.inputs) and not self.other_inputs:
             return f"{given} inputs, the pattern takes {len(self.inputs)}"
-        if self.other_attrs or node.domain not in ("", "ai.onnx"):
+        if self.other_attrs or node.domain not in STANDARD_DOMAINS:
             return None
         defaults = _attribute_defaults(node.op_type)
         for key in node.attrs:
@@ -241,7 +241,7 @@ class AnyOf(Pat):
 
 
 def _domains(domain: str) -> tuple[str, ...]:
-    return ("", "ai.onnx") if domain in ("", "ai.onnx") else (domain,)
+    return tuple(STANDARD_DOMAINS) if domain in STANDARD_DOMAINS else (domain,)
 
 
 class Builder:

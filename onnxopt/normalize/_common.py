@@ -17,10 +17,8 @@ from onnxopt.ir.dtypes import FLOAT_TYPES
 from onnxopt.ir.graph import Graph
 from onnxopt.ir.model import Model
 from onnxopt.ir.node import Attr, Node
-from onnxopt.ir.semantics import annotate
+from onnxopt.ir.semantics import STANDARD_DOMAINS, annotate
 from onnxopt.ir.value import Shape, Value
-
-STANDARD_DOMAINS = frozenset({"", "ai.onnx"})
 
 
 def is_op(node: Node | None, *op_types: str) -> bool:

@@ -5,16 +5,16 @@ either. With constants always second, a pattern writes ``Mul(x, const)`` once
 instead of twice, and common-subexpression elimination sees equal keys. The
 order among non-constant operands is kept (a stable partition), so the pass is
 deterministic and idempotent. Broadcasting is symmetric, so the result's shape
-and every element are unchanged (IEEE addition and multiplication commute; for
-variadic ``Sum`` with three or more inputs only the rounding order moves).
+and every element are unchanged (IEEE addition and multiplication commute). Only
+two-operand nodes are reordered: a variadic ``Sum`` of three or more would round
+in another order.
 """
 
 from __future__ import annotations
 
 from onnxopt.ir.model import Model
-from onnxopt.normalize._common import STANDARD_DOMAINS, all_graphs
-
-COMMUTATIVE = frozenset({"Add", "Mul", "And", "Or", "Equal", "Max", "Min", "Sum"})
+from onnxopt.ir.semantics import COMMUTATIVE, STANDARD_DOMAINS
+from onnxopt.normalize._common import all_graphs
 
 
 def commutative_order(model: Model) -> int:
@@ -25,7 +25,7 @@ def commutative_order(model: Model) -> int:
             if node.domain not in STANDARD_DOMAINS or node.op_type not in COMMUTATIVE:
                 continue
             inputs = node.inputs
-            if len(inputs) < 2 or any(v is None for v in inputs):
+            if len(inputs) != 2 or any(v is None for v in inputs):
                 continue
             ordered = [v for v in inputs if v.const is None] + [v for v in inputs if v.const is not None]
             if any(a is not b for a, b in zip(ordered, inputs)):

@@ -25,14 +25,13 @@ from onnxopt.ir.edit import replace_value
 from onnxopt.ir.graph import Graph
 from onnxopt.ir.model import Model
 from onnxopt.ir.node import Node
+from onnxopt.ir.semantics import COMMUTATIVE
 from onnxopt.ir.tensor import LazyTensor
 from onnxopt.normalize._common import STANDARD_DOMAINS, all_graphs
 
 MAX_CONSTANT_ELEMENTS = 1024
 _RANDOM = frozenset({"RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike",
                      "Multinomial", "Bernoulli", "Dropout"})
-_COMMUTATIVE = frozenset({"Add", "Mul", "And", "Or", "Xor", "Equal", "Max", "Min", "Sum",
-                          "BitwiseAnd", "BitwiseOr", "BitwiseXor"})
 
 
 def eliminate_common_subexpressions(model: Model) -> int:
@@ -85,7 +84,7 @@ def _key(node: Node) -> tuple | None:
     if node.domain not in STANDARD_DOMAINS or node.op_type in _RANDOM or node.subgraphs():
         return None
     inputs = tuple(id(v) if v is not None else None for v in node.inputs)
-    if node.op_type in _COMMUTATIVE and len(inputs) == 2 and None not in inputs:
+    if node.op_type in COMMUTATIVE and len(inputs) == 2 and None not in inputs:
         inputs = tuple(sorted(inputs))
     try:
         attrs = tuple(sorted((name, _hashable(a.value)) for name, a in node.attrs.items()))

@@ -22,7 +22,7 @@ from onnxopt.ir import symdim as sd
 from onnxopt.ir.edit import remove_if_dead, replace_value
 from onnxopt.ir.graph import Graph
 from onnxopt.ir.model import Model
-from onnxopt.ir.node import Node
+from onnxopt.ir.node import STANDARD_DOMAINS, Node
 from onnxopt.ir.semantics import annotate
 from onnxopt.ir.tensor import LazyTensor
 from onnxopt.ir.value import Value
@@ -47,7 +47,7 @@ def _infer_graph(graph: Graph) -> int:
         _constant_sym(v)
     folds = 0
     for node in graph:
-        if node.domain not in ("", "ai.onnx"):
+        if node.domain not in STANDARD_DOMAINS:
             continue
         for v in node.inputs:
             if v is not None and v.const is not None and v.sym is None:

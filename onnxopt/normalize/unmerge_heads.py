@@ -26,7 +26,7 @@ from onnxopt.ir import symdim as sd
 from onnxopt.ir.edit import remove_if_dead, replace_value
 from onnxopt.ir.graph import Graph
 from onnxopt.ir.model import Model
-from onnxopt.ir.node import Node
+from onnxopt.ir.node import STANDARD_DOMAINS, Node
 from onnxopt.ir.tensor import LazyTensor
 from onnxopt.ir.value import Value
 from onnxopt.normalize._common import all_graphs, int_attr, is_op, new_node
@@ -94,7 +94,7 @@ def _plan(v: Value, lead):
     # get the same numbers from the 4-D result; any other second reader keeps the 3-D value.
     shape_readers = [n for n in readers if is_op(n, "Shape") and not n.attrs]
     private = not v.is_graph_output and len(readers) - len(shape_readers) == 1
-    if private and node is not None and node.domain in ("", "ai.onnx") and (
+    if private and node is not None and node.domain in STANDARD_DOMAINS and (
             node.op_type in ELEMENTWISE or (node.op_type == "MatMul" and len(node.inputs) == 2)):
         children = [_plan(i, lead) for i in node.inputs]
         if all(c is not None for c in children):

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from onnxopt.ir import symdim as sd
 from onnxopt.ir.dtypes import FLOAT_TYPES, dtype_name
-from onnxopt.ir.node import Node
+from onnxopt.ir.node import STANDARD_DOMAINS, Node
 from onnxopt.ir.value import Value
 from onnxopt.legality.predicates import SHAPE_READERS
 from onnxopt.match.pattern import Match
@@ -65,7 +65,7 @@ def ends_later(*continuations: str):
     """
     def check(node: Node) -> str | None:
         reader = sole_reader(node)
-        if reader is None or reader.domain not in ("", "ai.onnx"):
+        if reader is None or reader.domain not in STANDARD_DOMAINS:
             return None
         op = reader.op_type
         if op not in continuations:
@@ -126,7 +126,7 @@ def find_residual(x: Value, m: Match, movable: tuple[Value | None, ...]) -> Resi
     node is placed where the Add was, so they must exist by then (constants, graph inputs).
     """
     add = x.producer
-    if add is None or add.op_type != "Add" or add.domain not in ("", "ai.onnx"):
+    if add is None or add.op_type != "Add" or add.domain not in STANDARD_DOMAINS:
         return None
     if len(add.inputs) != 2 or any(v is None or v.const is not None for v in add.inputs):
         return None

@@ -21,7 +21,7 @@ from onnxopt.ir import symdim as sd
 from onnxopt.ir.builder import NodeBuilder
 from onnxopt.ir.dtypes import FLOAT_TYPES
 from onnxopt.legality.mask import MaskInfo, classify_mask
-from onnxopt.legality.predicates import last_axis, reduction_order, scalar_constant
+from onnxopt.legality.predicates import last_axis, not_scalar_constant, reduction_order
 from onnxopt.match.pattern import Builder, Match
 from onnxopt.rules.base import Facts, Rule
 
@@ -70,7 +70,7 @@ class Attention(Rule):
         reason = last_axis(m.softmax, "softmax")
         if reason:
             return reason
-        if m.scale is not None and (reason := scalar_constant(m.scale, "attention scale")):
+        if m.scale is not None and (reason := not_scalar_constant(m.scale, "attention scale")):
             return reason
         if m.qk.sem.get("transpose_a") or m.pv.sem.get("transpose_a") or m.pv.sem.get(
                 "transpose_b"):
@@ -106,8 +106,8 @@ class Attention(Rule):
             return None
         kv = getattr(m, base)
         axes = getattr(m, f"{base}_unsqueeze")
-        axes_val = axes.inputs[1].const.numpy().reshape(-1).tolist() if len(axes.inputs) > 1 \
-            else list(axes.attr("axes", ()))
+        # (the IR spells every opset's Unsqueeze with its axes as an input: the pattern's const)
+        axes_val = axes.inputs[1].const.numpy().reshape(-1).tolist()
         out = repeat.output.shape
         expanded = getattr(m, f"{base}_expand").output.shape
         if axes_val not in ([2], [-3]):

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from onnxopt.ir import symdim as sd
 from onnxopt.ir.builder import NodeBuilder
 from onnxopt.ir.dtypes import FLOAT_TYPES
-from onnxopt.ir.node import Node
+from onnxopt.ir.node import STANDARD_DOMAINS, Node
 from onnxopt.ir.value import Value
 from onnxopt.match.pattern import Builder, Match
 from onnxopt.ops.activations import SQRT_2_OVER_PI, SQRT_HALF, TANH_CUBIC
@@ -36,7 +36,7 @@ TOLERANCE = 2e-3  # admits the float16 and bfloat16 roundings of 1/√2, √(2/�
 def _bias(m: Match) -> tuple[Value, Value, Node] | None:
     """``x = Add(a, bias)`` with one constant per feature, read by the activation alone."""
     add = m.x.producer
-    if add is None or add.op_type != "Add" or add.domain not in ("", "ai.onnx"):
+    if add is None or add.op_type != "Add" or add.domain not in STANDARD_DOMAINS:
         return None
     if len(add.inputs) != 2 or any(v is None for v in add.inputs):
         return None

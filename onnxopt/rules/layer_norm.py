@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from onnxopt.ir.builder import NodeBuilder
 from onnxopt.ir.dtypes import FLOAT_TYPES
-from onnxopt.legality.predicates import last_axis, scalar_constant
+from onnxopt.legality.predicates import last_axis, not_scalar_constant
 from onnxopt.match.pattern import Builder, Match
 from onnxopt.rules._norm import (
     REDUCE_READS,
@@ -82,7 +82,7 @@ class LayerNorm(Rule):
         for node in (m.mean, m.var):
             if not node.sem.get("keepdims", True):
                 return f"{node.name}: the reduced axis is dropped (keepdims=0), not a LayerNorm"
-        if reason := scalar_constant(m.eps, "epsilon"):
+        if reason := not_scalar_constant(m.eps, "epsilon"):
             return reason
         hidden, reason = hidden_size(m.x)
         if reason or (reason := per_feature_weights(hidden, m.gamma, m.beta)):

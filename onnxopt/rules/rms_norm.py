@@ -20,7 +20,7 @@ from __future__ import annotations
 from onnxopt.ir.builder import NodeBuilder
 from onnxopt.ir.dtypes import FLOAT_TYPES
 from onnxopt.ir.node import Node
-from onnxopt.legality.predicates import last_axis, scalar_constant
+from onnxopt.legality.predicates import last_axis, not_scalar_constant
 from onnxopt.match.pattern import Builder, Match
 from onnxopt.rules._norm import (
     REDUCE_READS,
@@ -71,7 +71,7 @@ class RMSNorm(Rule):
             return reason
         if not m.mean.sem.get("keepdims", True):
             return f"{m.mean.name}: the reduced axis is dropped (keepdims=0), not an RMSNorm"
-        if reason := scalar_constant(m.eps, "epsilon"):
+        if reason := not_scalar_constant(m.eps, "epsilon"):
             return reason
         hidden, reason = hidden_size(m.x)
         if reason or (reason := per_feature_weights(hidden, m.gamma)):

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from onnxopt.ir.builder import NodeBuilder
 from onnxopt.ir.dtypes import FLOAT_TYPES
-from onnxopt.legality.predicates import scalar_constant
+from onnxopt.legality.predicates import not_scalar_constant
 from onnxopt.match.pattern import Builder, Match
 from onnxopt.rules.base import Rule
 
@@ -28,7 +28,7 @@ class Silu(Rule):
 
     def legal(self, m: Match, target) -> str | None:
         if m.alpha is not None:
-            return scalar_constant(m.alpha, "sigmoid's scale α")
+            return not_scalar_constant(m.alpha, "sigmoid's scale α")
         return None
 
     def rewrite(self, b: NodeBuilder, m: Match, facts):

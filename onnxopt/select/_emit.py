@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 
 from onnxopt.ir.dtypes import numpy_dtype
-from onnxopt.ir.node import Node
+from onnxopt.ir.node import STANDARD_DOMAINS, Node
 from onnxopt.ir.value import Value
 from onnxopt.ops.attention import split_heads as split
 
@@ -29,7 +29,7 @@ def ones(b, size: int, dtype: str | None, hint: str = "ones") -> Value:
 def transposed_from(value: Value, perm) -> Value | None:
     """``x`` when ``value = Transpose(x, perm)``, else None."""
     node = value.producer
-    if node is None or node.op_type != "Transpose" or node.domain not in ("", "ai.onnx"):
+    if node is None or node.op_type != "Transpose" or node.domain not in STANDARD_DOMAINS:
         return None
     p = node.attr("perm", node.sem.get("perm"))
     return node.inputs[0] if p is not None and tuple(p) == tuple(perm) else None
