@@ -182,10 +182,13 @@ def _apply(graph: Graph, rule: Rule, m: Match, facts: Facts | None, debug: bool)
     anchor = extra[0].producer if extra else m.root
     b = NodeBuilder(graph, anchor, rule.name, schemas=FUSED_OPS)
     result = rule.rewrite(b, m, facts)
-    # One Value replaces the root's first output (its others must then be unread); a list
-    # replaces each of the match's outputs (None for one nobody reads).
+    # A Value replaces the root's first output; a list replaces each of the match's outputs
+    # (None for one nobody reads), or, one shorter by the root's further outputs, its first
+    # output and the extra ones. Root outputs left without a replacement must be unread.
     outputs = [*m.root.outputs, *extra]
-    new_outputs = result if isinstance(result, list) else [result] + [None] * (len(outputs) - 1)
+    new_outputs = result if isinstance(result, list) else [result]
+    if len(new_outputs) == 1 + len(extra):
+        new_outputs = [new_outputs[0], *[None] * (len(m.root.outputs) - 1), *new_outputs[1:]]
     if len(new_outputs) != len(outputs):
         raise MatchError(f"rule {rule.name}: its rewrite gave {len(new_outputs)} outputs for the "
                          f"{len(outputs)} of the match at {m.root.name}")

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import os
+import re
 
 import numpy as np
 import onnx
@@ -110,7 +111,7 @@ class _Importer:
         self.opset = onnx_opset(proto)
         if infer_shapes:
             self._collect_inferred_shapes(proto)
-        self._collect_value_info(proto.graph, ())
+        self._collect_value_info(proto.graph, (), _ranks_declared(proto.graph))
         declared = set(_declared_names(proto.graph))
         graph = self._graph(proto.graph, _Scope(), NameScope(), parent=None, path=())
         return Model(
@@ -144,20 +145,33 @@ class _Importer:
             graph.ParseFromString(inferred)
             self._collect_value_info(graph, ())
 
-    def _collect_value_info(self, g: GraphProto, path: tuple) -> None:
+    def _collect_value_info(self, g: GraphProto, path: tuple, trust_shapes: bool = True
+                            ) -> None:
+        """Types by name: inferred ones first, then the file's. A main graph input of unknown
+        rank admits inputs of any rank, so then the declared shapes of intermediate values
+        (written for the exporter's own inputs) are not taken at their word."""
         shapes = self.shapes.setdefault(path, {})
         others = self.other_types.setdefault(path, {})
+        intermediate = {vi.name for vi in g.value_info}
         for vi in list(g.value_info) + list(g.output) + list(g.input):
             if vi.type.WhichOneof("value") not in (None, "tensor_type"):
                 others.setdefault(vi.name, vi.type)
             dtype, shape = type_of(vi.type)
+            if not trust_shapes and vi.name in intermediate:
+                shape = None
             old = shapes.get(vi.name)
             if old is None or (old[1] is None and shape is not None) or old[0] is None:
                 shapes[vi.name] = (dtype, shape)
+            elif shape is not None and len(shape) == len(old[1]):
+                # What inference left unknown (or named with a symbol of its own invention),
+                # a declared type of the same rank may fill.
+                merged = tuple(n if _invented(o) and n is not None else o
+                               for o, n in zip(old[1], shape))
+                shapes[vi.name] = (old[0], merged)
         for i, node in enumerate(g.node):
             for a in node.attribute:
                 for k, sub in enumerate([a.g] if a.type == AttributeProto.GRAPH else a.graphs):
-                    self._collect_value_info(sub, (*path, (i, a.name, k)))
+                    self._collect_value_info(sub, (*path, (i, a.name, k)), trust_shapes)
 
     def _type(self, name: str) -> tuple[str | None, Shape] | None:
         return self.shapes.get(self._path, {}).get(name)
@@ -185,6 +199,10 @@ class _Importer:
         for t in g.initializer:
             groups.setdefault(t.name, []).append(t)
         for vi in g.input:
+            known = scope.values.get(vi.name)
+            if known is not None and known in graph.inputs:
+                graph.inputs.append(known)  # listed twice: kept so (the interface is the file's)
+                continue
             self._claim(scope, names, vi.name, "graph input")
             dtype, shape = type_of(vi.type)
             v = graph.add_input(vi.name, dtype, shape)
@@ -194,7 +212,7 @@ class _Importer:
             if len(given) == 1:
                 graph.input_defaults[vi.name] = self._tensor(given[0])
             elif given:  # written back as they were: which one ONNX Runtime takes is its own
-                graph.opaque_initializers[vi.name] = (None, given)
+                graph.opaque_initializers[vi.name] = (None, self._kept(given))
             v.doc_string = vi.doc_string
         for p in g.node:  # ONNX Runtime takes the latest definition: a Constant node's
             if p.op_type == "Constant" and len(p.output) == 1:  # over an initializer's
@@ -213,9 +231,14 @@ class _Importer:
                 dims = tuple(t.dims) if tensor_problem(t) is None else None  # not to be trusted
                 scope.values[name] = self._opaque(name, protos, graph, t.data_type, dims)
         for sparse in g.sparse_initializer:
-            self._claim(scope, names, sparse.values.name, "sparse initializer")
-            scope.values[sparse.values.name] = self._opaque(
-                sparse.values.name, [sparse], graph, sparse.values.data_type, tuple(sparse.dims))
+            name = sparse.values.name
+            if name in scope.values:  # also an input or a dense initializer: kept as it was
+                value, protos = graph.opaque_initializers.get(name, (None, []))
+                graph.opaque_initializers[name] = (value, [*protos, sparse])
+                continue
+            self._claim(scope, names, name, "sparse initializer")
+            scope.values[name] = self._opaque(name, [sparse], graph, sparse.values.data_type,
+                                              tuple(sparse.dims))
         for index, node_proto in topological_order(g, scope.lookup, self.label):
             self._node(node_proto, graph, scope, index)
         outputs = []
@@ -249,12 +272,52 @@ class _Importer:
         than once): a Value nodes can read, its protos written back as they were."""
         v = Value(name, dtype_name(data_type), dims)
         v.graph = graph
-        graph.opaque_initializers[name] = (v, protos)
+        graph.opaque_initializers[name] = (v, self._kept(protos))
         return v
+
+    def _kept(self, protos: list) -> list:
+        """The protos of a kept-as-is initializer, as the output will hold them. A name given
+        twice is ONNX Runtime's to resolve, and it resolves it by storage (measured, ORT
+        1.31): the first of those stored inline, else the last one. Written inline elsewhere,
+        external copies would change that pick, so then only the pick is written."""
+        external = [t for t in protos
+                    if isinstance(t, TensorProto) and t.data_location == TensorProto.EXTERNAL]
+        if len(protos) < 2 or not external:
+            return [self._inlined(t) for t in protos]
+        inline = [t for t in protos if t not in external]
+        pick = self._inlined(inline[0] if inline else protos[-1])
+        if pick.data_location == TensorProto.EXTERNAL:
+            return protos  # its bytes cannot be read: written back as they were
+        return [pick]
+
+    def _inlined(self, t):
+        """A kept-as-is tensor whose bytes lie in an external file: a copy with them inline, so
+        the output (written elsewhere) still holds them. Rare (an initializer given twice), so
+        reading it whole is no burden."""
+        if not isinstance(t, TensorProto) or t.data_location != TensorProto.EXTERNAL:
+            return t
+        try:
+            lazy = LazyTensor.from_proto(t, resolve_external(t, self.base_dir, self.label))
+            data = b"".join(lazy.raw_chunks())
+        except (ModelError, OSError):
+            return t  # unreadable: written back as it was, for ORT to judge
+        copy = TensorProto()
+        copy.CopyFrom(t)
+        copy.data_location = TensorProto.DEFAULT
+        del copy.external_data[:]
+        copy.raw_data = data
+        return copy
 
     def _node(self, p: onnx.NodeProto, graph: Graph, scope: _Scope, index: int) -> None:
         if p.op_type == "Constant" and p.domain in STANDARD_DOMAINS and len(p.output) == 1:
             tensor = self._constant_node_tensor(p)
+            given = scope.values.get(p.output[0])
+            if given is not None and given in graph.inputs:
+                # ONNX Runtime turns Constant nodes into initializers: one named like a graph
+                # input is that input's default, as an initializer of that name would be.
+                if tensor is not None:
+                    graph.input_defaults[p.output[0]] = tensor
+                return
             if tensor is not None:
                 self._claim(scope, graph.names, p.output[0], "node output")
                 v = graph.add_constant(tensor, p.output[0], exact_name=True)
@@ -375,7 +438,9 @@ def _constant_from_attr(a: AttributeProto) -> LazyTensor | None:
 def _inferred_graph(proto: ModelProto) -> bytes | None:
     """The graph of ``proto`` with onnx's inferred value_info — run in the forked child, which
     first drops its copy's large initializer data (inference reads only small tensors such
-    as shape vectors, and the graph it sends back then carries no weights)."""
+    as shape vectors, and the graph it sends back then carries no weights). The declared
+    types of intermediate values are dropped too: inference would start from them, and a
+    wrong declared rank would then come back as if inferred; they are merged in after."""
     _drop_weights(proto)
     try:
         inferred = onnx.shape_inference.infer_shapes(proto, strict_mode=False)
@@ -388,6 +453,7 @@ def _drop_weights(proto: ModelProto) -> None:
     stack = [proto.graph]
     while stack:
         g = stack.pop()
+        del g.value_info[:]
         for t in g.initializer:
             if t.data_location != TensorProto.EXTERNAL and t.ByteSize() > 4096:
                 for field in ("raw_data", "float_data", "int32_data", "int64_data",
@@ -398,6 +464,21 @@ def _drop_weights(proto: ModelProto) -> None:
                 if a.HasField("g"):
                     stack.append(a.g)
                 stack.extend(a.graphs)
+
+
+_INVENTED_SYMBOL = re.compile(r"unk__\d+")
+
+
+def _invented(dim) -> bool:
+    """An unknown dimension, or one onnx's shape inference named itself (``unk__N``)."""
+    return dim is None or (isinstance(dim, str) and _INVENTED_SYMBOL.fullmatch(dim) is not None)
+
+
+def _ranks_declared(g: GraphProto) -> bool:
+    """Whether every input the caller must feed declares its rank."""
+    defaults = {t.name for t in g.initializer}
+    return all(vi.type.tensor_type.HasField("shape") for vi in g.input
+               if vi.name not in defaults and vi.type.HasField("tensor_type"))
 
 
 def onnx_opset(proto: ModelProto) -> int:

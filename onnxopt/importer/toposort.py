@@ -99,6 +99,8 @@ def _kahn(nodes: list[NodeProto], deps: list[list[int]], label: str
 
 
 def _reads(n: NodeProto) -> list[str]:
+    if _is_constant(n):
+        return []  # ONNX Runtime turns Constant nodes into initializers before anything reads
     names = [x for x in n.input if x]
     for a in n.attribute:
         subs = [a.g] if a.type == AttributeProto.GRAPH else list(a.graphs)

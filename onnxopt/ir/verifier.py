@@ -30,7 +30,8 @@ class _Verifier:
         names: set[str] = set()  # per graph: sibling subgraphs may reuse a name (ONNX scoping)
         expected_uses: Counter = Counter()
         opaque = [v for v, _ in graph.opaque_initializers.values() if v is not None]
-        for v in list(graph.inputs) + list(graph.constants.values()) + opaque:
+        inputs = list(dict.fromkeys(graph.inputs))  # an input may be listed twice
+        for v in inputs + list(graph.constants.values()) + opaque:
             self._define(v, defined, names)
             if v.producer is not None:
                 raise IRVerificationError(f"%{v.name}: graph input or constant has a producer")
@@ -73,7 +74,7 @@ class _Verifier:
         _check_shape(v)
 
     def _check_use_lists(self, graph: Graph) -> None:
-        values = list(graph.inputs) + list(graph.constants.values())
+        values = list(dict.fromkeys(graph.inputs)) + list(graph.constants.values())
         values.extend(v for v, _ in graph.opaque_initializers.values() if v is not None)
         for node in graph:
             values.extend(node.outputs)

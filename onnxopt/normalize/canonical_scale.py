@@ -144,13 +144,14 @@ def _matmul(graph: Graph, node: Node) -> int:
         operands[i] = x
         scale *= c
         scale_rank = max(scale_rank, rank)
+        scale_dtype = cv.dtype  # a float type: the scale was found as a float scalar
         dead.append(mul)
     if not dead:
         return 0
     mm = new_node(graph, "MatMul", operands, before=node, created_by=NAME,
                   attrs=dict(node.attrs), dtype=node.output.dtype, shape=node.output.shape)
     mm.sem.update(node.sem)
-    const = _constant(graph, scale, operands[0].dtype, (1,) * scale_rank)
+    const = _constant(graph, scale, scale_dtype, (1,) * scale_rank)
     mul = new_node(graph, "Mul", [mm.output, const], before=node, created_by=NAME,
                    dtype=node.output.dtype, shape=node.output.shape)
     if not replace_value(graph, node.output, mul.output):

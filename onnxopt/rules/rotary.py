@@ -38,7 +38,7 @@ class Rotary(Rule):
 
     def legal(self, m: Match, target) -> str | None:
         x = m.x
-        if x.shape is None or not isinstance(x.shape[-1], int):
+        if not x.shape or not isinstance(x.shape[-1], int):
             return f"%{x.name}: the head size is not known"
         d, rank = x.shape[-1], len(x.shape)
         if d % 2:

@@ -197,15 +197,17 @@ def _text(data: bytes | str | None) -> str:
 # ----------------------------------------------------------------------------- ONNX Runtime
 
 
-def ort_session(path: str | bytes) -> Any:
-    """A CPU session with one thread, no graph optimizations, newest opsets allowed."""
+def ort_session(path: str | bytes, ort_fusions: bool = False) -> Any:
+    """A CPU session with one thread, newest opsets allowed, and no graph optimizations
+    (unless ``ort_fusions``: ORT's default level, its own fused kernels)."""
     import onnxruntime as ort
 
     options = ort.SessionOptions()
     options.log_severity_level = 4
     options.intra_op_num_threads = 1
     options.inter_op_num_threads = 1
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    if not ort_fusions:
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     options.add_session_config_entry("session.allow_released_opsets_only", "0")
     try:
         return ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
@@ -504,6 +506,9 @@ def check_semantics(case: Case, result: CliResult, folder: Path, seed: int
         return True, []
     names = [o.name for o in sess.get_outputs()]
     diffs = [d for d in (compare(n, r, g) for n, r, g in zip(names, ref, got)) if d]
+    if diffs and all("NaN in 0 positions of the optimized" in d for d in diffs) \
+            and _as_ort_fuses_it(folder / INPUT_NAME, feeds, names, got):
+        return True, []
     if diffs:
         checker = checker_verdict(folder / INPUT_NAME)
         tag = "passes" if checker == "passes" else "fails"
@@ -512,6 +517,18 @@ def check_semantics(case: Case, result: CliResult, folder: Path, seed: int
         return True, [("wrong_result", f"{wrong_signature(folder)} [checker {tag}]",
                        "; ".join(diffs) + f"\nonnx.checker (full): {checker}")]
     return True, []
+
+
+def _as_ort_fuses_it(path: Path, feeds: dict, names: list[str], got: list) -> bool:
+    """Whether the output computes exactly what ORT computes on the original at its default
+    optimization level. NaN the decomposition makes of non-finite intermediates (an inf in a
+    LayerNormalization row) that ORT's own fused kernels do not make either is not a change
+    the user would see from ORT on the original."""
+    try:
+        ref = ort_session(str(path), ort_fusions=True).run(None, feeds)
+    except Exception:  # noqa: BLE001 - not a question this can answer
+        return False
+    return not any(compare(n, r, g) for n, r, g in zip(names, ref, got))
 
 
 def checker_verdict(path: Path) -> str:

@@ -1,0 +1,76 @@
+"""Cases the long fuzz runs found, replayed from their recipes.
+
+Why: each was a real failure of onnxopt (a valid model refused, an output ORT could
+not run, a changed result, an internal warning); the fix is in the code, and the
+recipe rebuilds the exact model, so a regression on any of them fails here with the
+same verdict the long run gave. Recipes are from run 11 (``benchmarks/fuzz_results.md``).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from fuzz.pool import Pool
+
+
+def _mutant(case_id: str, seed_model: str, case_seed: int, steps: list, external: bool) -> dict:
+    return {"kind": "mutant", "case_id": case_id, "seed_model": seed_model,
+            "case_seed": case_seed, "steps": steps, "external": external}
+
+
+FOUND = {
+    "intermediate_output_of_an_extra_input": _mutant(
+        "m11-3304", "mistral.ts", 26164387,
+        [["extra_input", 448862460], ["intermediate_output", 3261516358]], True),
+    "rotary_on_a_corrupt_shape": _mutant(
+        "m11-4120", "llama.dynamo", 32626291,
+        [["attr_ints", 58789898], ["value_info_corrupt", 3071468290],
+         ["init_typed_data", 2274903592]], True),
+    "declared_value_info_of_a_wrong_rank": _mutant(
+        "m11-9707", "t5enc.dynamo", 76869744, [["input_shape", 838839397]], False),
+    "external_initializer_given_twice": _mutant(
+        "m11-17043", "cnn", 134963528, [["init_duplicate", 1165333469]], True),
+    "constant_node_named_like_an_input": _mutant(
+        "m11-2399", "gemma.ts", 18997692,
+        [["init_to_constant", 1997842245], ["init_as_input", 2616841233],
+         ["input_change", 1433275979]], True),
+    "graph_input_listed_twice": _mutant(
+        "m11-8421", "t5enc.ts", 66685910,
+        [["duplicate_node_name", 1693082687], ["input_change", 1454929614]], False),
+    "duplicate_node_over_typed_data": _mutant(
+        "m11-15267", "distilbert.ts", 120899384,
+        [["init_typed_data", 1352072822], ["attr_int", 3502940383],
+         ["duplicate_node", 919386154], ["byte_set", 2080542078]], False),
+    "scale_of_an_unknown_dtype": _mutant(
+        "m11-18464", "distilbert.dynamo", 146216427,
+        [["value_info_corrupt", 3840478524], ["input_shape", 3516919106],
+         ["empty_input", 3277437444]], False),
+    "norm_with_trailing_empty_outputs": _mutant(
+        "m11-19850", "vit.ts", 157192161,
+        [["init_corrupt", 3197145409], ["trailing_empty_outputs", 2944033263],
+         ["rename_value", 1285397401]], False),
+    "norm_with_trailing_empty_outputs_and_corrupt_types": _mutant(
+        "m11-12064", "bloom.dynamo", 95534827,
+        [["trailing_empty_outputs", 401643559], ["value_info_corrupt", 3503095355]], False),
+    "sparse_initializer_named_like_an_input": _mutant(
+        "m11-4330", "control_flow", 34289281,
+        [["init_as_input", 358240692], ["rename_value", 2548061064],
+         ["init_sparse", 2311894640]], False),
+}
+
+
+@pytest.fixture(scope="module")
+def outcomes() -> dict:
+    with Pool(2) as pool:
+        return {o.case_id: o for o in pool.run(list(FOUND.values()))}
+
+
+@pytest.mark.parametrize("name", sorted(FOUND))
+def test_found_case_now_passes(outcomes: dict, name: str) -> None:
+    o = outcomes[FOUND[name]["case_id"]]
+    assert o.verdict == "ok", f"{o.verdict}: {o.signature}\n{o.message}\n{o.detail[-500:]}"
