@@ -28,7 +28,7 @@ from onnx import ModelProto
 
 from onnxopt import evaluation
 from onnxopt.holdback import minimal_hold, units_of
-from onnxopt.importer.load import read_model_proto
+from onnxopt.importer.load import read_model_proto, read_model_with_data
 from onnxopt.isolation import NativeCrash, isolated
 from onnxopt.options import OptimizeOptions
 from onnxopt.pipeline import OptimizeResult, Progress, StageFailure, run_pipeline
@@ -122,7 +122,7 @@ class _Guard:
         if isinstance(self.source, ModelProto):
             proto = self.source
         elif plain.model.had_external_data:
-            proto = onnx.load(self.source)  # its weights come along, to be written anew
+            proto = read_model_with_data(self.source)  # its weights, to be written anew
         else:
             proto = read_model_proto(self.source)
         return dataclasses.replace(plain, proto=proto, external={}, passthrough=True)

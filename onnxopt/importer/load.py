@@ -20,7 +20,7 @@ from onnx import ModelProto, TensorProto
 from onnxopt.errors import ModelError, UsageError
 from onnxopt.ir.dtypes import dtype_name, numpy_dtype
 from onnxopt.ir.node import STANDARD_DOMAINS
-from onnxopt.ir.tensor import ExternalLocation
+from onnxopt.ir.tensor import ExternalLocation, LazyTensor
 
 _STRING, _MESSAGE = FieldDescriptor.TYPE_STRING, FieldDescriptor.TYPE_MESSAGE
 # Strings have no fixed size; 4-bit types pack two elements per byte.
@@ -45,6 +45,22 @@ def read_model_proto(path: str) -> ModelProto:
     return parse_model_bytes(data, path)
 
 
+def read_model_with_data(path: str) -> ModelProto:
+    """``path`` with its external tensors' bytes inline, each read as ONNX Runtime reads it
+    (its recorded length, else the bytes its type and shape need — not, as ``onnx.load``
+    does, the rest of the file). A tensor whose data cannot be read stays as it was."""
+    proto = read_model_proto(path)
+    base = os.path.dirname(os.path.abspath(path))
+    for t in _tensors(proto.graph):
+        if t.data_location != TensorProto.EXTERNAL or external_problem(t, base) is not None:
+            continue
+        data = b"".join(LazyTensor.from_proto(t, resolve_external(t, base, path)).raw_chunks())
+        t.data_location = TensorProto.DEFAULT
+        del t.external_data[:]
+        t.raw_data = data
+    return proto
+
+
 def parse_model_bytes(data: bytes, label: str) -> ModelProto:
     if not data:
         raise ModelError(f"{label}: empty file, not an ONNX model")
@@ -64,16 +80,37 @@ def parse_model_bytes(data: bytes, label: str) -> ModelProto:
 
 def has_undecodable_text(message) -> bool:
     """Whether a string field holds bytes that are not UTF-8 (protobuf then hands them out as
-    ``bytes``, and cannot write them back). About 6 µs per node."""
-    for field, value in message.ListFields():
-        if field.type == _STRING:
-            if isinstance(value, bytes) or (field.is_repeated and any(
-                    isinstance(x, bytes) for x in value)):
+    ``bytes``, and cannot write them back). Only string and message fields are read: listing
+    every field would copy each tensor's raw data out of the parsed message."""
+    for name, repeated, is_string in _text_fields(message.DESCRIPTOR):
+        if is_string:
+            value = getattr(message, name)
+            if isinstance(value, bytes) or (repeated and any(isinstance(x, bytes)
+                                                             for x in value)):
                 return True
-        elif field.type == _MESSAGE and any(
-                has_undecodable_text(x) for x in (value if field.is_repeated else [value])):
+        elif repeated:
+            if any(has_undecodable_text(x) for x in getattr(message, name)):
+                return True
+        elif message.HasField(name) and has_undecodable_text(getattr(message, name)):
             return True
     return False
+
+
+_TEXT_FIELDS: dict = {}
+
+
+def _text_fields(descriptor) -> list[tuple[str, bool, bool]]:
+    """(name, repeated, is a string) of a message type's string and message fields."""
+    fields = _TEXT_FIELDS.get(descriptor)
+    if fields is None:
+        fields = [(f.name, _repeated(f), f.type == _STRING) for f in descriptor.fields
+                  if f.type in (_STRING, _MESSAGE)]
+        _TEXT_FIELDS[descriptor] = fields
+    return fields
+
+
+def _repeated(field) -> bool:
+    return field.is_repeated
 
 
 def fix_undecodable_text(message) -> None:
@@ -151,7 +188,9 @@ def resolve_external(tensor: TensorProto, base_dir: str | None, label: str) -> E
     size = os.path.getsize(full)
     if need > size:
         raise ModelError(f"{where} is truncated: '{location}' has {size} bytes, needs {need}")
-    return ExternalLocation(full, offset, length)
+    # Without a length, ONNX Runtime reads the bytes the type and shape need (not the rest of
+    # the file), and so does onnxopt.
+    return ExternalLocation(full, offset, length if length is not None else expected)
 
 
 def external_problem(tensor: TensorProto, base_dir: str | None) -> str | None:
@@ -194,7 +233,8 @@ def tensor_bytes(proto: ModelProto, external: dict | None = None) -> int:
             src = (external or {}).get(t.name)
             info = {e.key: e.value for e in t.external_data}
             try:
-                total += src.nbytes if src is not None else int(info.get("length") or 0)
+                total += src.nbytes if src is not None else int(
+                    info.get("length") or _expected_nbytes(t) or 0)
             except ValueError:
                 continue  # a malformed length: import refuses the file with a reason
         else:

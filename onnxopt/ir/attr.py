@@ -18,6 +18,7 @@ class Attr:
 
 
 _GRAPH, _GRAPHS = 5, 10  # AttributeProto.GRAPH, AttributeProto.GRAPHS
+GRAPH_ATTR_TYPES = frozenset((_GRAPH, _GRAPHS))
 
 
 def subgraphs_of(a: Attr) -> list[Graph]:

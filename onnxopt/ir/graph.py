@@ -52,6 +52,7 @@ class Graph:
         "_count",
         "_head",
         "_output_set",
+        "_owners",
         "constants",
         "declared_output_types",
         "doc_string",
@@ -76,6 +77,7 @@ class Graph:
         self._head = Node("<head>")
         self._head._prev = self._head._next = self._head
         self._count = 0
+        self._owners = 0  # nodes holding subgraphs: when none, walks need not ask each node
         self._output_set: set[Value] | None = None
         # Initializers that share a name with a graph input: defaults a caller may override.
         self.input_defaults: dict[str, LazyTensor] = {}
@@ -104,6 +106,11 @@ class Graph:
     def __len__(self) -> int:
         return self._count
 
+    @property
+    def holds_subgraphs(self) -> bool:
+        """Whether a node of this graph owns a subgraph (counted as nodes come and go)."""
+        return self._owners > 0
+
     def reversed(self) -> Iterator[Node]:
         """Nodes in reverse order; safe while the node just yielded is removed."""
         cur = self._head._prev
@@ -114,6 +121,9 @@ class Graph:
 
     def all_nodes(self) -> Iterator[Node]:
         """Every node, subgraphs included (depth first)."""
+        if not self.holds_subgraphs:
+            yield from self
+            return
         for node in self:
             yield node
             for sub in node.subgraphs():
@@ -193,6 +203,8 @@ class Graph:
         prev._next = node
         ref._prev = node
         self._count += 1
+        if node.subgraphs():
+            self._owners += 1
         for out in node.outputs:
             out.graph = self
 
@@ -280,6 +292,8 @@ class Graph:
         node._next._prev = node._prev
         # node._next is deliberately kept: a walk standing on a removed node continues from it.
         self._count -= 1
+        if node.subgraphs():
+            self._owners -= 1
 
     def remove_constant(self, value: Value) -> None:
         if value._uses:

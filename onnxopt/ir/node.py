@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from onnxopt.ir.attr import Attr, subgraphs_of
+from onnxopt.ir.attr import GRAPH_ATTR_TYPES, Attr, subgraphs_of
 from onnxopt.ir.printer import format_node
 
 if TYPE_CHECKING:
@@ -89,7 +89,8 @@ class Node:
         """The graphs this node owns (If branches, Loop/Scan bodies), in attribute order."""
         out: list[Graph] = []
         for a in self.attrs.values():
-            out.extend(subgraphs_of(a))
+            if a.type in GRAPH_ATTR_TYPES:  # (checked here: every pass walks every node)
+                out.extend(subgraphs_of(a))
         return out
 
     @property

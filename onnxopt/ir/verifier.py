@@ -61,6 +61,10 @@ class _Verifier:
                 self._define(out, defined, names)
         if count != len(graph):
             raise IRVerificationError(f"graph {graph.name}: node count {len(graph)} != {count}")
+        owners = sum(1 for node in graph if node.subgraphs())
+        if owners != graph._owners:
+            raise IRVerificationError(
+                f"graph {graph.name}: {owners} nodes hold subgraphs, counted {graph._owners}")
         for v in graph.outputs:
             if id(v) not in defined:
                 raise IRVerificationError(f"graph output %{v.name} is not defined in {graph.name}")

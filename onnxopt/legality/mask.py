@@ -142,10 +142,13 @@ def _follows_padding(sess, feeds, full: np.ndarray, keep: np.ndarray) -> bool:
         padded = _masked(evaluation.run(sess, feeds)[0])
     except Exception:  # noqa: BLE001
         return False
-    if padded is None or padded.ndim != 4:
+    if padded is None or padded.ndim != 4 or keep.ndim != 2:
         return False
-    expect = full | ~keep[:, None, None, :]
-    shape = np.broadcast_shapes(padded.shape, expect.shape)
+    try:  # a candidate whose batch is not the mask's (a malformed model) does not follow it
+        expect = full | ~keep[:, None, None, :]
+        shape = np.broadcast_shapes(padded.shape, expect.shape)
+    except ValueError:
+        return False
     return padded.shape == shape and np.array_equal(padded, np.broadcast_to(expect, shape))
 
 

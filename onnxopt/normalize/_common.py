@@ -9,6 +9,7 @@ lives here once, so that the passes differ only in what they rewrite.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Self
 
 import numpy as np
 from onnx import AttributeProto
@@ -19,6 +20,19 @@ from onnxopt.ir.model import Model
 from onnxopt.ir.node import Attr, Node
 from onnxopt.ir.semantics import STANDARD_DOMAINS, annotate
 from onnxopt.ir.value import Shape, Value
+
+
+class Changes(int):
+    """A pass's change count that may also say ``touched``: it updated facts (shapes, dtypes,
+    contents) without a change that keeps the fixed point going, which passes that ran
+    before it have not seen."""
+
+    touched: bool
+
+    def __new__(cls, count: int, *, touched: bool = False) -> Self:
+        obj = super().__new__(cls, count)
+        obj.touched = touched or count > 0
+        return obj
 
 
 def is_op(node: Node | None, *op_types: str) -> bool:
@@ -33,8 +47,9 @@ def all_graphs(model: Model) -> list[Graph]:
     while stack:
         g = stack.pop()
         out.append(g)
-        for node in g:
-            stack.extend(node.subgraphs())
+        if g.holds_subgraphs:
+            for node in g:
+                stack.extend(node.subgraphs())
     return out
 
 

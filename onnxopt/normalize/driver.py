@@ -50,14 +50,24 @@ PASSES: list[tuple[str, Pass]] = [
 
 def run_passes(model: Model, *, debug: bool = False,
                passes: list[tuple[str, Pass]] | None = None) -> dict[str, int]:
+    """Rounds of every pass until one changes nothing. A pass that found nothing to do is
+    not run again until something changed after it ran (a change, or facts a pass
+    ``touched``): it would see the same graph and find nothing again. That spares most of
+    the round that only confirms the fixed point, on every call."""
     passes = PASSES if passes is None else passes
     counts: dict[str, int] = {name: 0 for name, _ in passes}
+    stale = {name: True for name, _ in passes}  # something changed since the pass last ran
     for _round in range(MAX_ROUNDS):
         changed = 0
         for name, fn in passes:
+            if not stale[name]:
+                continue
             n = fn(model)
+            stale[name] = False
             counts[name] += n
             changed += n
+            if n or getattr(n, "touched", False):
+                stale = dict.fromkeys(stale, True)
             if debug:
                 verify_graph(model.graph)
         if not changed:

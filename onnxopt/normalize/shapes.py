@@ -26,52 +26,68 @@ from onnxopt.ir.node import STANDARD_DOMAINS, Node
 from onnxopt.ir.semantics import annotate
 from onnxopt.ir.tensor import LazyTensor
 from onnxopt.ir.value import Value
-from onnxopt.normalize._common import all_graphs
+from onnxopt.normalize._common import Changes, all_graphs
 from onnxopt.normalize.shape_rules import RULES, SYM_RULES
 
 MAX_SYM_ELEMENTS = 16
 
 
-def infer_shapes(model: Model) -> int:
-    """Propagate shapes and small-integer contents; fold fully known ones. Returns folds made."""
-    folds = 0
+def infer_shapes(model: Model) -> Changes:
+    """Propagate shapes and small-integer contents; fold fully known ones. Returns the folds
+    made, marked ``touched`` where a shape, dtype or contents changed without a fold (not a
+    change that keeps the fixed point going, but one a pass that ran earlier may not have
+    seen: the driver reruns those)."""
+    folds = touched = 0
     for graph in all_graphs(model):
-        folds += _infer_graph(graph)
-    return folds
+        f, t = _infer_graph(graph)
+        folds += f
+        touched += t
+    return Changes(folds, touched=bool(touched))
 
 
-def _infer_graph(graph: Graph) -> int:
+def _infer_graph(graph: Graph) -> tuple[int, int]:
     for v in graph.inputs:
         v.shape = _clean_shape(v.shape)
     for v in graph.constants.values():
         _constant_sym(v)
-    folds = 0
+    folds = touched = 0
     for node in graph:
         if node.domain not in STANDARD_DOMAINS:
             continue
-        for v in node.inputs:
-            if v is not None and v.const is not None and v.sym is None:
-                _constant_sym(v)
-        if "axes" in node.sem:
-            annotate(node)  # axes made explicit with the rank inference knows now (import may
-            #                 have read a declared rank that the computation does not have)
-        if not node.inputs or node.inputs[0] is None:
-            continue  # a malformed node (ORT refuses it at run time): nothing to infer
-        rule = RULES.get(node.op_type)
-        if rule is not None:
-            result = _apply(rule, node)
-            if result is not None:
-                for out, (dtype, shape) in zip(node.outputs, result):
-                    _merge(out, dtype, shape)
-        else:
-            for out in node.outputs:
-                out.shape = _clean_shape(out.shape)
-        sym_rule = SYM_RULES.get(node.op_type)
-        if sym_rule is not None and len(node.outputs) == 1:
-            node.output.sym = _contents(node, _apply(sym_rule, node))
-            if node.output.sym is not None and _fold(graph, node):
-                folds += 1
-    return folds
+        before = [(o.dtype, o.shape, o.sym) for o in node.outputs]
+        axes = node.sem.get("axes")
+        folds += _infer_node(graph, node)
+        if axes != node.sem.get("axes") or before != [(o.dtype, o.shape, o.sym)
+                                                      for o in node.outputs]:
+            touched += 1
+    return folds, touched
+
+
+def _infer_node(graph: Graph, node: Node) -> int:
+    """One node's shapes and contents; 1 if it was folded into a constant."""
+    for v in node.inputs:
+        if v is not None and v.const is not None and v.sym is None:
+            _constant_sym(v)
+    if "axes" in node.sem:
+        annotate(node)  # axes made explicit with the rank inference knows now (import may
+        #                 have read a declared rank that the computation does not have)
+    if not node.inputs or node.inputs[0] is None:
+        return 0  # a malformed node (ORT refuses it at run time): nothing to infer
+    rule = RULES.get(node.op_type)
+    if rule is not None:
+        result = _apply(rule, node)
+        if result is not None:
+            for out, (dtype, shape) in zip(node.outputs, result):
+                _merge(out, dtype, shape)
+    else:
+        for out in node.outputs:
+            out.shape = _clean_shape(out.shape)
+    sym_rule = SYM_RULES.get(node.op_type)
+    if sym_rule is not None and len(node.outputs) == 1:
+        node.output.sym = _contents(node, _apply(sym_rule, node))
+        if node.output.sym is not None and _fold(graph, node):
+            return 1
+    return 0
 
 
 def _apply(rule, node: Node):
@@ -95,7 +111,13 @@ def _contents(node: Node, sym):
         return None
     if len(shape) == 1 and isinstance(shape[0], int) and shape[0] != len(sym):
         return None
+    bound = _INT_BOUNDS.get(node.output.dtype, _INT_BOUNDS["int64"])
+    if any(isinstance(x, int) and not bound[0] <= x <= bound[1] for x in sym):
+        return None  # ONNX Runtime's integers wrap around where Python's grow: not ours to say
     return tuple(sym)
+
+
+_INT_BOUNDS = {"int64": (-(2 ** 63), 2 ** 63 - 1), "int32": (-(2 ** 31), 2 ** 31 - 1)}
 
 
 def _merge(out: Value, dtype: str | None, shape) -> None:

@@ -3,7 +3,8 @@
 Why: each was a real failure of onnxopt (a valid model refused, an output ORT could
 not run, a changed result, an internal warning); the fix is in the code, and the
 recipe rebuilds the exact model, so a regression on any of them fails here with the
-same verdict the long run gave. Recipes are from run 11 (``benchmarks/fuzz_results.md``).
+same verdict the long run gave. Recipes are from runs 11 and 12
+(``benchmarks/fuzz_results.md``).
 """
 
 from __future__ import annotations
@@ -61,6 +62,18 @@ FOUND = {
         "m11-4330", "control_flow", 34289281,
         [["init_as_input", 358240692], ["rename_value", 2548061064],
          ["init_sparse", 2311894640]], False),
+    "external_tensor_without_a_length": _mutant(
+        "m12-3298", "gpt2.ts", 26116874,
+        [["init_external", 2769578693], ["empty_input", 1453738059],
+         ["intermediate_output", 2196041110]], False),
+    "external_tensor_without_a_length_flipped": _mutant(
+        "m12-8498", "t5enc.dynamo", 67295674,
+        [["init_external", 1456026198], ["byte_flip", 2866742127]], False),
+    "shape_arithmetic_past_int64": _mutant(
+        "m12-3144", "gpt_neox.ts", 24897348, [["attr_tensor", 2445195032]], False),
+    "padding_candidate_of_another_batch": _mutant(
+        "m12-4164", "opt.ts", 32974728,
+        [["input_shape", 2638406468], ["insert_identity", 536956541]], False),
 }
 
 
