@@ -118,7 +118,7 @@ def optimize_all(only: list[str] | None) -> None:
     from onnxopt.pipeline import run_pipeline
     from onnxopt.verification import verify_models
 
-    rules = ("attention", "attention_layout", "attention_projections", "layer_norm",
+    rules = ("attention", "layer_norm",
              "rms_norm", "gelu", "silu", "swiglu", "rotary")
     print("| file | Softmax | " + " | ".join(rules) + " | verify |")
     print("|---|---:|" + "---|" * len(rules) + "---|")

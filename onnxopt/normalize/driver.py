@@ -14,6 +14,7 @@ from onnxopt.ir.model import Model
 from onnxopt.ir.verifier import verify_graph
 from onnxopt.normalize.canonical_scale import canonical_scale
 from onnxopt.normalize.commutative_order import commutative_order
+from onnxopt.normalize.constant_reshape_target import constant_reshape_target
 from onnxopt.normalize.eliminate_common_subexpressions import eliminate_common_subexpressions
 from onnxopt.normalize.eliminate_dead_code import eliminate_dead_code
 from onnxopt.normalize.fold_constants import fold_constants
@@ -39,6 +40,7 @@ PASSES: list[tuple[str, Pass]] = [
     ("commutative_order", commutative_order),
     ("scale_through_layout", scale_through_layout),
     ("canonical_scale", canonical_scale),
+    ("constant_reshape_target", constant_reshape_target),
     ("merge_reshapes", merge_reshapes),
     ("unmerge_heads", unmerge_heads),
     ("transpose_through_reshape", transpose_through_reshape),

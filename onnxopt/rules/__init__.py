@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 from onnxopt.rules.attention import Attention
-from onnxopt.rules.attention_layout import AttentionInputLayout, AttentionOutputLayout
-from onnxopt.rules.attention_projections import AttentionProjections
 from onnxopt.rules.base import Rule
 from onnxopt.rules.gelu import Gelu
 from onnxopt.rules.layer_norm import LayerNorm, LayerNormOp
@@ -17,7 +15,7 @@ from onnxopt.rules.swiglu import SwiGLU
 def all_rules() -> list[Rule]:
 
     return [
-        Attention(), AttentionInputLayout(), AttentionOutputLayout(), AttentionProjections(),
+        Attention(),
         LayerNormOp(), LayerNorm(),
         RMSNorm(),
         Gelu(),

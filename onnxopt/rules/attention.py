@@ -179,7 +179,7 @@ class Attention(Rule):
         out = b.fused("AttentionFused", q, k, m.v, mask, info.padding_input,
                       num_heads=heads, kv_num_heads=kv_heads,
                       scale=scale, causal=int(info.causal), mask_kind=kind,
-                      layout="BNSH", output_layout="BNSH", nan_to_zero=int(m.nan_guard is not None),
+                      nan_to_zero=int(m.nan_guard is not None),
                       head_size=q.shape[-1] if isinstance(q.shape[-1], int) else 0)
         return out
 

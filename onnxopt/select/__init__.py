@@ -14,11 +14,9 @@ import dataclasses
 
 import onnxruntime
 
-from onnxopt.ir.builder import FUSED_DOMAIN, NodeBuilder
-from onnxopt.ir.edit import replace_value
+from onnxopt.ir.builder import FUSED_DOMAIN
 from onnxopt.ir.model import Model
 from onnxopt.legality.target import Target, make_target
-from onnxopt.ops.attention import merge_output, to_bnsh
 from onnxopt.options import OptimizeOptions
 from onnxopt.select import cost_model, tuning
 from onnxopt.select.bind import bind
@@ -68,7 +66,6 @@ def run(model: Model, options: OptimizeOptions, *,
     report = SelectReport()
     fused = [n for n in model.graph.all_nodes() if n.domain == FUSED_DOMAIN]
     for node in fused:
-        node = _bnsh_attention(model, node)
         legal, _ = legal_kernels(node, target, registry, model_opset=model.opset)
         if not legal:
             selection = _fallback(node, target, registry, model.opset)
@@ -90,30 +87,6 @@ def run(model: Model, options: OptimizeOptions, *,
         tuner.cache.save()
         report.tuned, report.tune_cache = tuner.timed, tuner.cache.path
     return report if report.selections else None
-
-
-def _bnsh_attention(model: Model, node):
-    """Kernels take attention in BNSH: undo an absorbed head split/merge around the node.
-
-    The conversions are plain Reshape/Transpose nodes; where a kernel wants the
-    packed ``[B, S, H*D]`` form (MultiHeadAttention) its emitter reads through them,
-    and the cleanup pass cancels the Transpose pairs that remain.
-    """
-
-    if node.op_type != "AttentionFused" or (node.attr("layout", "BNSH") == "BNSH" and
-                                            node.attr("output_layout", "BNSH") == "BNSH"):
-        return node
-    graph = node.graph
-    b = NodeBuilder(graph, node, node.name.split("/")[0])
-    inner = to_bnsh(b, node)
-    out = merge_output(b, node, inner.output)
-    for emitted in b.nodes:
-        if emitted is not inner:
-            emitted.created_by = ""  # plain layout glue: no value_info (see bind)
-    out.dtype, out.shape = node.output.dtype, node.output.shape
-    replace_value(graph, node.output, out)
-    graph.remove(node)
-    return inner
 
 
 def _both_lengths(short: dict[str, float], short_failed: dict[str, str],

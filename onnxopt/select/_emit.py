@@ -9,7 +9,6 @@ import numpy as np
 from onnxopt.ir.dtypes import numpy_dtype
 from onnxopt.ir.node import STANDARD_DOMAINS, Node
 from onnxopt.ir.value import Value
-from onnxopt.ops.attention import split_heads as split
 
 BNSH_TO_BSNH = (0, 2, 1, 3)
 
@@ -33,22 +32,6 @@ def transposed_from(value: Value, perm) -> Value | None:
         return None
     p = node.attr("perm", node.sem.get("perm"))
     return node.inputs[0] if p is not None and tuple(p) == tuple(perm) else None
-
-
-def merge_heads(b, x: Value, heads: int, head_size: int) -> Value:
-    """``[B, H, S, D]`` → ``[B, S, H*D]``; reads the model's own ``[B, S, H, D]`` when ``x`` is
-    its head-split Transpose, so no layout conversion is emitted at all."""
-    bsnh = transposed_from(x, BNSH_TO_BSNH)
-    if bsnh is None:
-        bsnh = b.op("Transpose", x, perm=list(BNSH_TO_BSNH))
-    return b.op("Reshape", bsnh, i64(b, [0, 0, heads * head_size], "merge_heads"))
-
-
-def split_heads(b, x: Value, heads: int, head_size: int) -> Value:
-    """``[B, S, H*D]`` → ``[B, H, S, D]`` (the model usually merges them right back; the
-    cleanup pass and ONNX Runtime cancel the Transpose pair)."""
-
-    return split(b, x, heads, head_size)
 
 
 def zero_nan(b, x: Value, dtype: str | None) -> Value:

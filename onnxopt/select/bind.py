@@ -7,6 +7,7 @@ from onnxopt.ir.edit import remove_if_dead, replace_value
 from onnxopt.ir.model import Model
 from onnxopt.ir.node import Node
 from onnxopt.legality.target import Target
+from onnxopt.select import layout
 from onnxopt.select.kernel import Kernel
 
 
@@ -19,6 +20,8 @@ def bind(model: Model, node: Node, kernel: Kernel, target: Target) -> list[Node]
     graph = node.graph or model.graph
     b = NodeBuilder(graph, node, f"select:{kernel.name}", opset=model.opset)
     outputs = kernel.emit(b, node, target)
+    if kernel.layout == "BSH":
+        outputs = layout.unpacked_outputs(b, node, *outputs)
     for emitted in b.nodes:
         _drop_trailing_omitted_inputs(graph, emitted)
         # The file says which kernel a node belongs to (node metadata), but the exporter gives

@@ -37,7 +37,11 @@ class Kernel:
     1}``); stage 6 adds them to the model's imports. ``cpu_dtypes`` narrows
     ``dtypes`` on the CPU provider where ORT registers fewer types there. ``cost``
     is the prior relative to the decomposition (1.0) when neither the cost model
-    nor tuning knows better. ``requires`` checks what is specific to the op
+    nor tuning knows better. ``layout`` is the layout its emitted nodes read
+    attention's Q in and write O in: ``"BNSH"`` as the fused op, or ``"BSH"``
+    (``[B, S, H*D]``), for which select reads through the model's own head split
+    and merge (select/layout.py) — layout is decided here, once, per kernel.
+    ``requires`` checks what is specific to the op
     (layouts, mask shapes, attribute values) and returns a sentence or None.
     """
 
@@ -60,6 +64,7 @@ class Kernel:
     # Branches on the sequence length at run time from this many positions (0: never);
     # ``--tune`` then times every candidate at a longer sequence too.
     switch_seq: int = 0
+    layout: str = "BNSH"
     requires: Callable[[Node, Target], str | None] | None = field(default=None, compare=False)
     notes: str = ""
 
@@ -113,5 +118,5 @@ class Kernel:
             "head_dims": sorted(self.head_dims) if self.head_dims else None,
             "causal": self.causal, "grouped_query": self.grouped_query,
             "deterministic": self.deterministic, "cost": self.cost,
-            "switch_seq": self.switch_seq, "notes": self.notes,
+            "switch_seq": self.switch_seq, "layout": self.layout, "notes": self.notes,
         }

@@ -26,8 +26,9 @@ from __future__ import annotations
 from onnxopt.ir import symdim as sd
 from onnxopt.ir.node import Node
 from onnxopt.legality.target import Target
-from onnxopt.select._emit import i64, merge_heads, split_heads, zero_nan
+from onnxopt.select._emit import i64, zero_nan
 from onnxopt.select.kernel import BOTH_PROVIDERS, MS_DOMAIN, Kernel
+from onnxopt.select.layout import packed_heads
 from onnxopt.select.registry import register_loader
 
 FLOAT_HALF = frozenset({"float32", "float16"})
@@ -41,8 +42,6 @@ def _shapes(node: Node):
 def _bnsh(node: Node) -> str | None:
     """Rank-4 BNSH inputs with static heads and head sizes."""
     q, k, v = node.inputs[:3]
-    if node.attr("layout", "BNSH") != "BNSH":
-        return f"needs layout BNSH, the node has {node.attr('layout')}"
     if q.rank != 4 or k.rank != 4 or v.rank != 4:
         return f"needs rank-4 [B, H, S, D] inputs; %{q.name} has rank {q.rank}"
     for value in (q, k, v):
@@ -105,17 +104,17 @@ def _repeat_heads(b, x, kv_heads: int, rep: int):
 def _emit_mha(repeat_kv: bool):
     def emit(b, node: Node, target: Target):
         q, k, v = node.inputs[:3]
-        heads, head_size, v_head_size = q.shape[1], q.shape[3], v.shape[3]
+        heads, head_size = q.shape[1], q.shape[3]
         if repeat_kv:
             rep = heads // k.shape[1]
             k = _repeat_heads(b, k, k.shape[1], rep)
             v = _repeat_heads(b, v, v.shape[1], rep)
-        out = b.op("MultiHeadAttention", merge_heads(b, q, heads, head_size), k, v, None, None,
+        out = b.op("MultiHeadAttention", packed_heads(b, q, heads, head_size), k, v, None, None,
                    attention_bias(b, node), domain=MS_DOMAIN, num_heads=heads,
                    scale=float(node.attr("scale", 1.0)))
         if node.attr("nan_to_zero", 0):
             out = zero_nan(b, out, q.dtype)
-        return [split_heads(b, out, heads, v_head_size)]
+        return [out]  # packed [B, S, H*Dv]: the kernel's layout is BSH
     return emit
 
 
@@ -157,13 +156,13 @@ def kernels() -> list[Kernel]:
         Kernel(name="ort.MultiHeadAttention", implements="AttentionFused", backend="ort",
                emit=_emit_mha(False), dtypes=FLOAT_HALF,
                providers=BOTH_PROVIDERS, opsets=ms, min_ort=(1, 17),
-               requires=_mha_requires(False), cost=1.0,
+               requires=_mha_requires(False), cost=1.0, layout="BSH",
                notes="com.microsoft; Q as [B,S,H*D], K/V BNSH as they are, exact mask as "
                      "attention_bias; NaN guard on the output"),
         Kernel(name="ort.MultiHeadAttention.repeat_kv", implements="AttentionFused",
                backend="ort", emit=_emit_mha(True), dtypes=FLOAT_HALF,
                providers=BOTH_PROVIDERS, opsets=ms,
-               min_ort=(1, 17), requires=_mha_requires(True), cost=1.1,
+               min_ort=(1, 17), requires=_mha_requires(True), cost=1.1, layout="BSH",
                notes="grouped-query attention with K/V heads repeated (Expand) for MHA"),
         Kernel(name="onnx.Attention-23", implements="AttentionFused", backend="ort",
                emit=_emit_attention23, dtypes=FLOAT_HALF, providers=BOTH_PROVIDERS,

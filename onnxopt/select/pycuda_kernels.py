@@ -138,9 +138,6 @@ def _static_last(node: Node) -> int | None:
 def _attention_requires(node: Node, target: Target) -> str | None:
 
     q, _k, v = node.inputs[:3]
-    layout = node.attr("layout", "BNSH")
-    if layout != "BNSH":
-        return f"takes the BNSH layout, the node's is {layout}"
     kind = node.attr("mask_kind", "none")
     if kind not in ATTENTION_MASKS:
         return f"does not know the mask kind '{kind}'"
