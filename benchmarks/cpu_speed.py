@@ -4,6 +4,7 @@
     python benchmarks/cpu_speed.py --models gpt2 --exporters dynamo --shapes 1x128 --runs 5
     python benchmarks/cpu_speed.py --skip-export        # reuse the exports in benchmarks/_work
     python benchmarks/cpu_speed.py --export-python /path/to/venv-export/bin/python
+    python benchmarks/cpu_speed.py --skip-export --baseline /tmp/previous-commit-worktree
 
 Builds mid-size GPT-2, BERT and LLaMA (hidden 512, 8 heads, 4 layers, MLP 2048,
 vocab 8192, LLaMA with 4 key/value heads; random weights, seeded, every parameter
@@ -158,16 +159,17 @@ def _variant_path(src: Path, variant: str) -> Path:
     return src.with_name(f"{base}.{variant}.onnx") if variant != "original" else src
 
 
-def onnxopt(src: Path, tune: bool, cache: Path) -> float:
-    """Run ``onnxopt optimize --target cpu`` (from this checkout) and return its seconds."""
-    variant = "onnxopt-tune" if tune else "onnxopt"
+def onnxopt(src: Path, tune: bool, cache: Path, checkout: Path = ROOT,
+            variant: str | None = None) -> float:
+    """Run ``onnxopt optimize --target cpu`` (from ``checkout``) and return its seconds."""
+    variant = variant or ("onnxopt-tune" if tune else "onnxopt")
     dst = _variant_path(src, variant)
     cmd = [sys.executable, "-m", "onnxopt", "optimize", str(src), "-o", str(dst), "--target",
            "cpu", "-q", "--json", str(dst.with_suffix(".json"))]
     if tune:
         cmd += ["--tune", "--tune-cache", str(cache)]
     start = time.perf_counter()
-    subprocess.run(cmd, check=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    subprocess.run(cmd, check=True, cwd=checkout, env={**os.environ, "PYTHONPATH": str(checkout)})
     seconds = time.perf_counter() - start
     report = json.loads(dst.with_suffix(".json").read_text())
     chosen = (report.get("select") or {}).get("chosen", {})
@@ -230,6 +232,7 @@ def time_model(files: dict[str, Path], shapes: list[tuple[int, int]], runs: int,
             del files[v]
     samples = {shape: {v: [] for v in timed} for shape in shapes}
     errors: dict = {shape: {} for shape in shapes}
+    failed: dict = {shape: {} for shape in shapes}  # variant -> why it fails at this shape
     per_trial = -(-runs // trials)
     for trial in range(trials):
         order = timed[trial % len(timed):] + timed[:trial % len(timed)]
@@ -237,15 +240,22 @@ def time_model(files: dict[str, Path], shapes: list[tuple[int, int]], runs: int,
         for batch, seq in shapes:
             inputs = feeds(batch, seq, CONFIG["VOCAB"])
             ref = sessions["original"].run(None, inputs)[0]
-            for v in timed:
-                got = sessions[v].run(None, inputs)[0]
+            runs_here = [v for v in timed if v not in failed[(batch, seq)]]
+            for v in list(runs_here):
+                try:
+                    got = sessions[v].run(None, inputs)[0]
+                except Exception as e:  # noqa: BLE001 - an anchor that fails here is reported
+                    failed[(batch, seq)][v] = str(e).splitlines()[0][:200]
+                    print(f"    {v} fails at {batch}x{seq}: {failed[(batch, seq)][v]}", flush=True)
+                    runs_here.remove(v)
+                    continue
                 if trial == 0:
                     scale = max(1.0, float(np.abs(ref).max()))
                     errors[(batch, seq)][v] = float(np.abs(got - ref).max() / scale)
                 for _ in range(warmup - 1):
                     sessions[v].run(None, inputs)
             for r in range(per_trial):
-                for v in timed[r % len(timed):] + timed[:r % len(timed)]:
+                for v in runs_here[r % len(runs_here):] + runs_here[:r % len(runs_here)]:
                     start = time.perf_counter()
                     sessions[v].run(None, inputs)
                     samples[(batch, seq)][v].append(time.perf_counter() - start)
@@ -253,17 +263,21 @@ def time_model(files: dict[str, Path], shapes: list[tuple[int, int]], runs: int,
         gc.collect()
     out: dict = {}
     for batch, seq in shapes:
-        medians = {v: statistics.median(samples[(batch, seq)][unique[v]]) for v in files}
-        out[f"{batch}x{seq}"] = {"ms": {v: medians[v] * 1000 for v in files},
-                                 "rel_err": {v: errors[(batch, seq)][unique[v]] for v in files}}
-        row = "  ".join(f"{v} {medians['original'] / medians[v]:.3f}" for v in files)
+        ran = [v for v in files if unique[v] not in failed[(batch, seq)]]
+        medians = {v: statistics.median(samples[(batch, seq)][unique[v]]) for v in ran}
+        out[f"{batch}x{seq}"] = {"ms": {v: medians[v] * 1000 for v in ran},
+                                 "rel_err": {v: errors[(batch, seq)][unique[v]] for v in ran},
+                                 "fails": {v: failed[(batch, seq)][unique[v]]
+                                           for v in files if v not in ran}}
+        row = "  ".join(f"{v} {medians['original'] / medians[v]:.3f}" for v in ran)
         print(f"    {batch}x{seq}: original {medians['original'] * 1000:.1f} ms; {row}", flush=True)
     return out
 
 
 def table(results: dict, shapes: list[str]) -> str:
     """Markdown: one row per model and shape, speed of each variant vs the original."""
-    variants = [v for v in VARIANTS if v != "original"]
+    present = {v for per_shape in results.values() for row in per_shape.values() for v in row["ms"]}
+    variants = [v for v in (*VARIANTS, "baseline") if v != "original" and v in present]
     lines = ["| model | shape | original ms | " + " | ".join(variants) + " | onnxopt ≥ best anchor |",
              "|---|---|---:|" + "---:|" * len(variants) + ":---:|"]
     speeds: dict[str, list[float]] = {v: [] for v in variants}
@@ -276,7 +290,9 @@ def table(results: dict, shapes: list[str]) -> str:
             anchors = max(s.get("ort-opt", 0), s.get("onnxscript", 0))
             best = max(s.get("onnxopt", 0), s.get("onnxopt-tune", 0))
             lines.append(f"| {model} | {shape} | {ms['original']:.1f} | "
-                         + " | ".join(f"{s[v]:.3f}" if v in s else "–" for v in variants)
+                         + " | ".join(f"{s[v]:.3f}" if v in s else
+                                      "fails" if v in per_shape[shape].get("fails", {}) else "–"
+                                      for v in variants)
                          + f" | {'yes' if best >= anchors else 'no'} |")
     geo = {v: math.exp(statistics.fmean(math.log(x) for x in xs)) for v, xs in speeds.items() if xs}
     lines.append("| **geometric mean** | | | " + " | ".join(
@@ -302,6 +318,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--skip-export", action="store_true", help="reuse files in benchmarks/_work")
     ap.add_argument("--fresh-tune", action="store_true", help="delete the tuning cache first")
     ap.add_argument("--json", default=str(WORK / "results.json"))
+    ap.add_argument("--baseline", type=Path,
+                    help="another onnxopt checkout (e.g. a git worktree of the previous commit),"
+                         " optimized and timed side by side as the 'baseline' variant")
     args = ap.parse_args(argv)
     names = [n for n in args.models.split(",") if n]
     exporters = [e for e in args.exporters.split(",") if e]
@@ -336,11 +355,15 @@ def main(argv: list[str] | None = None) -> int:
     for src in sources:
         optimize_seconds[src.name] = {"onnxopt": onnxopt(src, False, cache),
                                       "onnxopt-tune": onnxopt(src, True, cache)}
+        if args.baseline:
+            optimize_seconds[src.name]["baseline"] = onnxopt(src, False, cache, args.baseline,
+                                                             "baseline")
     results = {}
     for src in sources:
         name = src.name.removesuffix(".onnx")
         print(f"timing {name} ...", flush=True)
-        files = {v: _variant_path(src, v) for v in VARIANTS}
+        files = {v: _variant_path(src, v)
+                 for v in (*VARIANTS, *(["baseline"] if args.baseline else []))}
         results[name] = time_model(files, shapes, args.runs, args.warmup, args.trials)
     shape_keys = [f"{b}x{s}" for b, s in shapes]
     md = table(results, shape_keys)
