@@ -27,6 +27,7 @@ from onnxopt.ir.value import Value
 from onnxopt.isolation import NativeCrash, isolated
 
 MASKED = -1e4  # an additive value at or below this masks a key (exp underflows to 0)
+HOLDS_BIAS = "the mask holds values between 0 and the masking range"
 PROBE_SIZES = ((2, 5), (1, 9), (3, 4))
 TRIANGULAR_OPS = frozenset({"Trilu", "Less", "LessOrEqual", "Greater", "GreaterOrEqual", "Range"})
 
@@ -37,6 +38,7 @@ class MaskInfo:
     padding_input: Value | None = None
     looks_causal: bool = False
     reason: str | None = None  # why the probe could not classify it
+    bias: bool = False  # it holds values between 0 and the masking range
 
     @property
     def kind(self) -> str:
@@ -76,6 +78,8 @@ def classify_mask(model: Model, mask: Value, batch_dim, key_dim, query_dim) -> M
         verdict = isolated(_probe, proto, inputs, shape_leaves, candidates)
     except NativeCrash as e:
         verdict = f"ONNX Runtime {e}"
+    if verdict == HOLDS_BIAS:
+        return MaskInfo(looks_causal=looks_causal, bias=True)
     if isinstance(verdict, str):
         return MaskInfo(looks_causal=looks_causal, reason=verdict)
     causal_votes, pad_votes = verdict
@@ -108,7 +112,7 @@ def _probe(proto, inputs: list[Value], shape_leaves: list[Value], candidates: li
         symbols, feeds_full, values = evaluated
         full = _masked(values)
         if full is None:
-            return "the mask holds values between 0 and the masking range"
+            return HOLDS_BIAS
         causal_votes.append(_is_causal(full))
         for cand in candidates:
             feeds = dict(feeds_full)
@@ -124,7 +128,7 @@ def _classify_constant(mask: Value) -> MaskInfo:
         return MaskInfo(reason="the mask constant is too large to inspect")
     full = _masked(mask.const.numpy())
     if full is None:
-        return MaskInfo(reason="the mask holds values between 0 and the masking range")
+        return MaskInfo(bias=True)
     verdict = _is_causal(full)
     plane = full.reshape(-1, *full.shape[-2:])[0]
     tri = np.triu(np.ones(plane.shape, dtype=bool), 1)

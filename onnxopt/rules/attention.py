@@ -190,7 +190,9 @@ class Attention(Rule):
         parts = [f"heads {heads}" + (f", kv heads {kv}" if kv != heads else "")]
         if m.scale is not None:
             parts.append(f"scale {float(np.asarray(m.scale.const.numpy()).reshape(-1)[0]):.4g}")
-        parts.append(f"mask {facts.mask_info.kind}" if m.mask is not None else "no mask")
+        info = facts.mask_info
+        parts.append("no mask" if m.mask is None else f"mask {info.kind}"
+                     + (" (a bias: values between 0 and the masking range)" if info.bias else ""))
         if m.bias is not None:
             parts.append("+ bias")
         return ", ".join(parts)

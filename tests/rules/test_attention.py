@@ -179,6 +179,50 @@ g (float[batch, 4, seq, 16] q, float[batch, 4, seq, 16] k, float[batch, 4, seq, 
 """
 
 
+# T5 with SDPA: a relative-position bias built from position comparisons (it looks
+# triangular) with the padding mask added in, handed to attention as one float tensor.
+POSITION_BIAS_WITH_PADDING = """
+g (float[batch, 4, seq, 16] q, float[batch, 4, seq, 16] k, float[batch, 4, seq, 16] v,
+   int64[batch, seq] attention_mask) => (float[batch, 4, seq, 16] o) {
+    shape = Shape (q)
+    two = Constant <value = int64 {2}> ()
+    n = Gather (shape, two)
+    zero = Constant <value = int64 {0}> ()
+    one = Constant <value = int64 {1}> ()
+    r = Range (zero, n, one)
+    ax0 = Constant <value = int64[1] {0}> ()
+    ax1 = Constant <value = int64[1] {1}> ()
+    i = Unsqueeze (r, ax1)
+    j = Unsqueeze (r, ax0)
+    later = Less (i, j)
+    ahead = Constant <value = float {0.75}> ()
+    behind = Constant <value = float {-0.5}> ()
+    bias = Where (later, ahead, behind)
+    keep = Cast <to = 1> (attention_mask)
+    onef = Constant <value = float {1}> ()
+    dropped = Sub (onef, keep)
+    low = Constant <value = float {-3.4028234663852886e38}> ()
+    pad2 = Mul (dropped, low)
+    axes = Constant <value = int64[2] {1, 2}> ()
+    pad = Unsqueeze (pad2, axes)
+    m = Add (bias, pad)
+    kt = Transpose <perm = [0, 1, 3, 2]> (k)
+    s = MatMul (q, kt)
+    a = Add (s, m)
+    p = Softmax <axis = -1> (a)
+    o = MatMul (p, v)
+}
+"""
+
+
+def test_a_bias_with_the_padding_mask_added_in_fuses_as_an_additive_mask(make_model):
+    proto = make_model(POSITION_BIAS_WITH_PADDING)
+    result, regions = _explain(proto)
+    assert [r.status for r in regions] == ["fused"], [r.detail for r in regions]
+    assert "mask additive (a bias: values between 0 and the masking range)" in regions[0].detail
+    assert verify_models(proto, result.proto).ok
+
+
 def test_triangular_mask_that_is_not_causal_is_refused(make_model):
     proto = make_model(ANTI_CAUSAL)
     result, regions = _explain(proto)
