@@ -317,6 +317,29 @@ def _gemma(attn: str) -> nn.Module:
     return GemmaForCausalLM(cfg)
 
 
+def _gemma2(attn: str) -> nn.Module:
+    """Gemma 2: attention logits soft-capped (``tanh(scores / cap) · cap`` before the mask),
+    final logits too; the sliding window (4096) is wider than every position here, so the
+    sliding layers' masks are causal at every length the model takes."""
+    from transformers import Gemma2Config, Gemma2ForCausalLM
+
+    cfg = Gemma2Config(
+        vocab_size=VOCAB,
+        hidden_size=HIDDEN,
+        num_hidden_layers=LAYERS,
+        num_attention_heads=HEADS,
+        num_key_value_heads=1,
+        head_dim=HIDDEN // HEADS,
+        intermediate_size=INTERMEDIATE,
+        max_position_embeddings=MAX_POS,
+        attn_logit_softcapping=50.0,
+        final_logit_softcapping=30.0,
+        use_cache=False,
+    )
+    cfg._attn_implementation = attn
+    return Gemma2ForCausalLM(cfg)
+
+
 def _vit(attn: str) -> nn.Module:
     from transformers import ViTConfig, ViTModel
 
@@ -361,6 +384,7 @@ SPECS: dict[str, Spec] = {
         Spec("clip_text", _clip_text, "CLIPTextModel", "eager", "text", "last_hidden_state", True),
         Spec("bloom", _bloom, "BloomForCausalLM", "eager", "text", "logits", True),
         Spec("gemma", _gemma, "GemmaForCausalLM", "sdpa", "text", "logits", True),
+        Spec("gemma2", _gemma2, "Gemma2ForCausalLM", "eager", "text", "logits", True),
     ]
 }
 

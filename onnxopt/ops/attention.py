@@ -1,6 +1,6 @@
 """AttentionFused: scaled dot-product attention, any mask, grouped-query heads.
 
-    O = softmax(Q·Kᵀ·scale + mask) · V
+    O = softmax(softcap(Q·Kᵀ·scale) + mask) · V
 
 Inputs (layout ``BNSH``): Q ``[B, H, Sq, D]``, K ``[B, Hkv, Skv, D]``,
 V ``[B, Hkv, Skv, Dv]`` with ``H % Hkv == 0`` (query head ``h`` reads kv head
@@ -10,6 +10,9 @@ keep), the graph input the additive mask was proved to derive from. The
 additive mask is always the exact function; ``causal`` and
 ``key_padding_mask`` describe what it contains, so a kernel that builds the
 mask itself may drop it. Rank-3 inputs ``[X, S, D]`` are single-head.
+
+``softcap``: when nonzero, the scaled scores are soft-capped before the mask,
+``cap·tanh(scores / cap)`` (Gemma 2's attention logit soft-capping).
 
 ``nan_to_zero``: rows whose every key is masked give 0 instead of NaN (what
 PyTorch's SDPA export does with ``Where(IsNaN(p), 0, p)``).
@@ -33,7 +36,6 @@ def decompose(b, node: Node):
     mask = node.input(3)
     heads = node.attr("num_heads", 0)
     kv_heads = node.attr("kv_num_heads", heads)
-    scale = node.attr("scale", 1.0)
     grouped = q.rank == 4 and kv_heads and heads and kv_heads != heads
     if grouped:
         # [B, H, S, D] -> [B, Hkv, n_rep*S, D]: the n_rep query heads that share a kv head are
@@ -43,9 +45,7 @@ def decompose(b, node: Node):
     scores.producer.sem["transpose_b"] = True
     if grouped:
         scores = b.op("Reshape", scores, b.const(np.array([0, heads, -1, 0], np.int64), "ungroup"))
-    if scale != 1.0:
-        scores = b.op("Mul", scores, b.const(np.array(scale, _np_dtype(node.inputs[0].dtype)),
-                                             "scale"))
+    scores = scaled_scores(b, node, scores)
     if mask is not None:
         scores = b.op("Add", scores, mask)
     probs = b.op("Softmax", scores, axis=-1)
@@ -60,6 +60,20 @@ def decompose(b, node: Node):
     return [out]
 
 
+def scaled_scores(b, node: Node, scores):
+    """``scores·scale``, soft-capped where the node says so: ``cap·tanh(scores·scale / cap)``,
+    spelled ``Mul(scale / cap) → Tanh → Mul(cap)`` as exporters write it (Gemma 2)."""
+    dtype = _np_dtype(node.inputs[0].dtype)
+    scale, cap = float(node.attr("scale", 1.0)), float(node.attr("softcap", 0.0))
+    if cap:
+        scores = b.op("Tanh", b.op("Mul", scores, b.const(np.array(scale / cap, dtype),
+                                                                 "scale")))
+        return b.op("Mul", scores, b.const(np.array(cap, dtype), "softcap"))
+    if scale != 1.0:
+        scores = b.op("Mul", scores, b.const(np.array(scale, dtype), "scale"))
+    return scores
+
+
 def split_heads(b, x, heads: int, size: int):
     """``[B, S, H*D]`` → ``[B, H, S, D]`` (Reshape + Transpose), shapes annotated."""
     y = b.op("Reshape", x, b.const(np.array([0, 0, heads, size], np.int64), "split_heads"))
@@ -72,7 +86,7 @@ def split_heads(b, x, heads: int, size: int):
 
 
 def reference(q, k, v, mask=None, key_padding_mask=None, *, num_heads=0, kv_num_heads=0,
-              scale=1.0, causal=0, nan_to_zero=0, head_size=0, **_):
+              scale=1.0, causal=0, nan_to_zero=0, head_size=0, softcap=0.0, **_):
     """NumPy attention in float64 (the additive mask is the exact function)."""
     q64, k64, v64 = (np.asarray(a, np.float64) for a in (q, k, v))
     if q64.ndim == 4 and k64.shape[1] != q64.shape[1]:
@@ -80,6 +94,8 @@ def reference(q, k, v, mask=None, key_padding_mask=None, *, num_heads=0, kv_num_
         k64 = np.repeat(k64, rep, axis=1)
         v64 = np.repeat(v64, rep, axis=1)
     scores = q64 @ np.swapaxes(k64, -1, -2) * scale
+    if softcap:
+        scores = softcap * np.tanh(scores / softcap)
     if mask is not None:
         scores = scores + np.asarray(mask, np.float64)
     top = np.max(scores, axis=-1, keepdims=True)
@@ -101,7 +117,7 @@ ATTENTION = FusedOp(
     inputs=("Q", "K", "V", "mask?", "key_padding_mask?"),
     outputs=("O",),
     attrs={"num_heads": 0, "kv_num_heads": 0, "scale": 1.0, "causal": 0, "mask_kind": "none",
-           "nan_to_zero": 0, "head_size": 0},
+           "nan_to_zero": 0, "head_size": 0, "softcap": 0.0},
     decompose=decompose,
     reference=reference,
     doc=__doc__,

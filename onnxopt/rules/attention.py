@@ -6,6 +6,7 @@ MatMul's ``transpose_b`` flag (transpose_into_matmul), boolean masks are
 additive (where_to_additive). What is left to recognise here:
 
 - any number (0–2) of additive terms before the Softmax (mask, position bias);
+- logit soft-capping before them, ``Tanh(scores·s) · cap`` (Gemma 2);
 - SDPA's NaN guard ``Where(IsNaN(p), 0, p)`` after it;
 - grouped-query heads: K and V repeated by ``Unsqueeze(axis 2) → Expand|Tile →
   Reshape``, absorbed so the fused op reads the un-repeated K/V.
@@ -37,6 +38,10 @@ def _repeated(p: Builder, base: str):
                            reads=("allowzero",)), kv)
 
 
+def _scalar(value) -> float:
+    return float(np.asarray(value.const.numpy()).reshape(-1)[0])
+
+
 @dataclass(frozen=True)
 class AttentionFacts(Facts):
     mask_info: MaskInfo = field(default_factory=MaskInfo)  # what the probes proved
@@ -56,10 +61,12 @@ class Attention(Rule):
         q = p.var("q", dtype=FLOAT_TYPES, rank=(3, 4))
         qk = p.MatMul(q, _repeated(p, "k"), name="qk")
         scaled = p.optional(p.Mul(qk, p.const("scale"), name="scale_mul"), qk)
+        capped = p.optional(p.Mul(p.Tanh(scaled, name="softcap_tanh"), p.const("softcap"),
+                                  name="softcap_mul"), scaled)
         biased = p.any(
-            p.Add(p.Add(scaled, p.var("mask")), p.var("bias"), name="mask_add2"),
-            p.Add(scaled, p.var("mask"), name="mask_add"),
-            scaled,
+            p.Add(p.Add(capped, p.var("mask")), p.var("bias"), name="mask_add2"),
+            p.Add(capped, p.var("mask"), name="mask_add"),
+            capped,
         )
         softmax = p.Softmax(biased, name="softmax", reads=("axis",))
         probs = p.optional(p.Where(p.IsNaN(softmax), p.const("zero", value=0.0), softmax,
@@ -72,6 +79,12 @@ class Attention(Rule):
             return reason
         if m.scale is not None and (reason := not_scalar_constant(m.scale, "attention scale")):
             return reason
+        if m.softcap is not None:
+            if reason := not_scalar_constant(m.softcap, "soft-cap multiplier"):
+                return reason
+            if not 0 < _scalar(m.softcap) < float("inf"):
+                return (f"%{m.softcap.name}: the soft-cap multiplier is {_scalar(m.softcap):g}, "
+                        "not a positive cap")
         if m.qk.sem.get("transpose_a") or m.pv.sem.get("transpose_a") or m.pv.sem.get(
                 "transpose_b"):
             return f"{m.qk.name}: Q or P is transposed inside the MatMul; not attention's form"
@@ -173,13 +186,17 @@ class Attention(Rule):
         q, k = m.q, m.k
         heads = q.shape[1] if q.rank == 4 else 1
         kv_heads = k.shape[1] if k.rank == 4 else 1
-        scale = float(m.scale.const.numpy().reshape(-1)[0]) if m.scale is not None else 1.0
+        scale = _scalar(m.scale) if m.scale is not None else 1.0
+        # tanh(x·s)·cap = cap·tanh(x·(s·cap) / cap): the fused scale is s·cap, its soft-cap cap.
+        cap = _scalar(m.softcap) if m.softcap is not None else 0.0
+        if cap:
+            scale *= cap
         info = facts.mask_info
         kind = "none" if mask is None else info.kind
         out = b.fused("AttentionFused", q, k, m.v, mask, info.padding_input,
                       num_heads=heads, kv_num_heads=kv_heads,
                       scale=scale, causal=int(info.causal), mask_kind=kind,
-                      nan_to_zero=int(m.nan_guard is not None),
+                      nan_to_zero=int(m.nan_guard is not None), softcap=cap,
                       head_size=q.shape[-1] if isinstance(q.shape[-1], int) else 0)
         return out
 
@@ -189,7 +206,9 @@ class Attention(Rule):
         kv = k.shape[1] if k.rank == 4 else 1
         parts = [f"heads {heads}" + (f", kv heads {kv}" if kv != heads else "")]
         if m.scale is not None:
-            parts.append(f"scale {float(np.asarray(m.scale.const.numpy()).reshape(-1)[0]):.4g}")
+            parts.append(f"scale {_scalar(m.scale):.4g}")
+        if m.softcap is not None:
+            parts.append(f"soft-cap {_scalar(m.softcap):g}")
         info = facts.mask_info
         parts.append("no mask" if m.mask is None else f"mask {info.kind}"
                      + (" (a bias: values between 0 and the masking range)" if info.bias else ""))

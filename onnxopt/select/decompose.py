@@ -16,10 +16,8 @@ what ONNX Runtime's CPU graph optimizer and kernels do well:
 
 from __future__ import annotations
 
-import numpy as np
-
-from onnxopt.ir.dtypes import numpy_dtype
 from onnxopt.ops import FUSED_OPS
+from onnxopt.ops.attention import scaled_scores
 from onnxopt.select._emit import i64, zero_nan
 from onnxopt.select.kernel import Kernel
 
@@ -39,19 +37,16 @@ def _emit_attention_lean(b, node, target):
 
 
 def lean_attention(b, node, q, k, v, mask):
-    """``softmax(Q·Kᵀ·scale + mask)·V`` for ``node``'s heads and scale, on the given tensors
-    (the whole node's, or a block of its queries); without the NaN guard."""
-    dtype = node.inputs[0].dtype or "float32"
+    """``softmax(softcap(Q·Kᵀ·scale) + mask)·V`` for ``node``'s heads, scale and soft-cap, on
+    the given tensors (the whole node's, or a block of its queries); without the NaN guard."""
     heads = node.attr("num_heads", 0)
     kv_heads = node.attr("kv_num_heads", heads) or heads
-    scale = float(node.attr("scale", 1.0))
     grouped = node.inputs[0].rank == 4 and heads and kv_heads != heads
     if grouped:  # [B, H, S, D] -> [B, Hkv, n_rep*S, D]: query heads sharing a kv head, stacked
         q = b.op("Reshape", q, i64(b, [0, kv_heads, -1, 0], "group"))
     scores = b.op("MatMul", q, k)
     scores.producer.sem["transpose_b"] = True
-    if scale != 1.0:
-        scores = b.op("Mul", scores, b.const(np.array(scale, numpy_dtype(dtype)), "scale"))
+    scores = scaled_scores(b, node, scores)
     if grouped:
         scores = b.op("Reshape", scores, i64(b, [0, heads, -1, 0], "ungroup"))
     if mask is not None:

@@ -13,7 +13,8 @@ decomposition, and the records say so:
   numbers of query and key/value heads only; ``…repeat_kv`` repeats K/V heads
   for grouped-query attention.
 - ONNX ``Attention`` (opset 23): BNSH inputs as they are, additive mask,
-  grouped-query heads natively. Legal only where the model already imports
+  grouped-query heads natively, ``softcap`` applied before the mask (checked in
+  ORT 1.31, as the fused op does). Legal only where the model already imports
   opset 23 — onnxopt does not convert a model's opset.
 - ``com.microsoft.GroupQueryAttention`` always applies its own causal mask from
   per-batch key lengths and takes BSNH inputs; ``com.microsoft.Attention`` takes the
@@ -57,9 +58,14 @@ def _mask_dtype(node: Node) -> str | None:
     return None
 
 
+def _no_softcap(node: Node) -> str | None:
+    cap = node.attr("softcap", 0.0)
+    return f"does not soft-cap the scores (the node caps them at {cap:g})" if cap else None
+
+
 def _mha_requires(repeat_kv: bool):
     def requires(node: Node, target: Target) -> str | None:
-        if reason := _bnsh(node) or _mask_dtype(node):
+        if reason := _bnsh(node) or _mask_dtype(node) or _no_softcap(node):
             return reason
         (_, h, _, _), (_, hk, _, _), (_, hv, _, _) = _shapes(node)
         if h != hk or h != hv:
@@ -119,6 +125,9 @@ def _emit_mha(repeat_kv: bool):
 
 
 def _attention23_requires(node: Node, target: Target) -> str | None:
+    if node.attr("softcap", 0.0) and target.ort_version < (1, 31):
+        return ("soft-caps before the mask as AttentionFused does only as checked with ONNX "
+                "Runtime 1.31; the target is older")
     mask = node.input(3)
     if mask is not None and (mask.shape is None or len(mask.shape) > 4):
         return f"%{mask.name}: the mask's shape is unknown or of rank > 4"
@@ -129,8 +138,9 @@ def _emit_attention23(b, node: Node, target: Target):
     q, k, v = node.inputs[:3]
     # ORT's Attention wants the mask's query rows spelled out (no broadcast over them), as
     # MultiHeadAttention does: a scalar, per-key or per-batch bias is expanded to [.., S, L].
+    caps = {"softcap": float(cap)} if (cap := node.attr("softcap", 0.0)) else {}
     out = b.op("Attention", q, k, v, attention_bias(b, node),
-               scale=float(node.attr("scale", 1.0)))
+               scale=float(node.attr("scale", 1.0)), **caps)
     if node.attr("nan_to_zero", 0):
         out = zero_nan(b, out, q.dtype)
     return [out]

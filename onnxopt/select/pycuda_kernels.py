@@ -138,6 +138,8 @@ def _static_last(node: Node) -> int | None:
 def _attention_requires(node: Node, target: Target) -> str | None:
 
     q, _k, v = node.inputs[:3]
+    if cap := node.attr("softcap", 0.0):
+        return f"does not soft-cap the scores (the node caps them at {cap:g})"
     kind = node.attr("mask_kind", "none")
     if kind not in ATTENTION_MASKS:
         return f"does not know the mask kind '{kind}'"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from onnxopt import normalize
 from onnxopt.importer import import_model
 from onnxopt.options import OptimizeOptions
 from onnxopt.pipeline import fuse_and_settle, run_pipeline
@@ -12,7 +13,11 @@ from onnxopt.verification import verify_models
 
 
 def _fused_ops(result) -> list:
-    return [n for n in result.model.graph.all_nodes() if n.op_type == "AttentionFused"]
+    return _fused_ops_of(result.model)
+
+
+def _fused_ops_of(model) -> list:
+    return [n for n in model.graph.all_nodes() if n.op_type == "AttentionFused"]
 
 
 def test_every_attention_block_of_every_model_fuses(model_path):
@@ -220,6 +225,54 @@ def test_a_bias_with_the_padding_mask_added_in_fuses_as_an_additive_mask(make_mo
     result, regions = _explain(proto)
     assert [r.status for r in regions] == ["fused"], [r.detail for r in regions]
     assert "mask additive (a bias: values between 0 and the masking range)" in regions[0].detail
+    assert verify_models(proto, result.proto).ok
+
+
+def test_gemma2_soft_capped_attention_fuses_and_computes_the_same(models_dir):
+    path = str(models_dir / "gemma2.dynamo.onnx")
+    result, regions = _explain(path)
+    assert [r.status for r in regions] == ["fused", "fused"]
+    assert all("soft-cap 50" in r.detail for r in regions)
+    assert verify_models(path, result.proto, runs=3).ok
+
+
+SOFT_CAPPED = """
+g (float[batch, 4, seq, 16] q, float[batch, 4, seq, 16] k, float[batch, 4, seq, 16] v,
+   float[batch, 1, seq, seq] m) => (float[batch, 4, seq, 16] o) {{
+    kt = Transpose <perm = [0, 1, 3, 2]> (k)
+    s = MatMul (q, kt)
+    c = Constant <value = float {{0.005}}> ()
+    ss = Mul (s, c)
+    t = Tanh (ss)
+    cap = Constant <value = float {{{cap}}}> ()
+    capped = Mul (t, cap)
+    a = Add (capped, m)
+    p = Softmax <axis = -1> (a)
+    o = MatMul (p, v)
+}}
+"""
+
+
+def test_soft_capped_scores_fuse_with_the_cap_and_the_whole_scale(make_model):
+    model = import_model(make_model(SOFT_CAPPED.format(cap="50.0")))
+    normalize.run(model, OptimizeOptions(target="cpu"))
+    fuse_and_settle(model, OptimizeOptions(target="cpu"))
+    (node,) = _fused_ops_of(model)
+    assert node.attr("softcap") == pytest.approx(50.0)
+    assert node.attr("scale") == pytest.approx(0.25)
+    proto = make_model(SOFT_CAPPED.format(cap="50.0"))
+    result, _ = _explain(proto)
+    assert verify_models(proto, result.proto).ok
+
+
+@pytest.mark.parametrize("cap, reason", [
+    ("-50.0", "%cap: the soft-cap multiplier is -50, not a positive cap"),
+    ("0.0", "%cap: the soft-cap multiplier is 0, not a positive cap"),
+])
+def test_a_cap_that_is_not_positive_is_refused(make_model, cap, reason):
+    proto = make_model(SOFT_CAPPED.format(cap=cap))
+    result, regions = _explain(proto)
+    assert [(r.status, r.detail) for r in regions] == [("refused", reason)]
     assert verify_models(proto, result.proto).ok
 
 

@@ -20,14 +20,15 @@ MIN = np.finfo(np.float32).min
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def causal_attention(heads=4, kv_heads=4, nan_to_zero=0, padding=True, sk="S", kind=None):
+def causal_attention(heads=4, kv_heads=4, nan_to_zero=0, padding=True, sk="S", kind=None,
+                     attrs=""):
     kind = kind or ("causal+key_padding" if padding else "causal")
     extra = ", int64[B,T] am" if padding else ""
     return f"""
     g (float[B,{heads},S,8] q, float[B,{kv_heads},{sk},8] k, float[B,{kv_heads},{sk},8] v,
        float[B,1,S,{sk}] m{extra}) => (float[B,{heads},S,8] o) {{
       o = ai.onnxopt.AttentionFused <num_heads={heads}, kv_num_heads={kv_heads}, scale=0.35,
-            head_size=8, nan_to_zero={nan_to_zero}, causal=1, mask_kind="{kind}">
+            head_size=8, nan_to_zero={nan_to_zero}, causal=1, mask_kind="{kind}"{attrs}>
             (q, k, v, m{", am" if padding else ""})
     }}"""
 
@@ -58,6 +59,11 @@ def feeds(b, sq, sk=None, heads=4, kv_heads=4, pad="none", fill=MIN, causal=True
 @pytest.mark.parametrize("seq", [7, MIN_SEQUENCE + 44])
 def test_matches_the_decomposition(check_kernel, pad, seq):
     check_kernel(causal_attention(), KERNEL, feeds(2, seq, pad=pad))
+
+
+def test_soft_capped_scores_in_every_block(check_kernel):
+    check_kernel(causal_attention(kv_heads=2, attrs=", softcap=2.0"), KERNEL,
+                 feeds(2, MIN_SEQUENCE + 44, kv_heads=2, pad="right"))
 
 
 @pytest.mark.parametrize("fill", [-np.inf, MIN])

@@ -5,6 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from onnxopt.options import OptimizeOptions
+
 RNG = np.random.default_rng(0)
 MIN = np.finfo(np.float32).min
 
@@ -96,6 +98,23 @@ def test_lean_decomposition_scales_grouped_scores_before_ungrouping(check_kernel
     nodes = {o: n for n in bound.proto.graph.node for o in n.output}
     mul = next(n for n in bound.proto.graph.node if n.op_type == "Mul")
     assert nodes[mul.input[0]].op_type == "MatMul"  # ORT folds it into FusedMatMul
+
+
+def test_soft_capped_scores_on_onnx_attention_and_not_on_mha(check_kernel, bind_text, registry):
+    text = attention(extra=", softcap=2.0")
+    bound = check_kernel(text, "onnx.Attention-23", feeds(), opset=23)
+    (node,) = [n for n in bound.proto.graph.node if n.op_type == "Attention"]
+    assert {a.name: a.f for a in node.attribute}["softcap"] == pytest.approx(2.0)
+    report = bind_text(text, registry=registry).report
+    reasons = {k.name: r for k, r in report.selections[0].rejected}
+    assert reasons["ort.MultiHeadAttention"] == (
+        "does not soft-cap the scores (the node caps them at 2)")
+    older = bind_text(text, registry=registry, opset=23,
+                      options=OptimizeOptions(target="cpu", ort_version="1.30")).report
+    reasons = {k.name: r for k, r in older.selections[0].rejected}
+    assert reasons["onnx.Attention-23"] == (
+        "soft-caps before the mask as AttentionFused does only as checked with ONNX Runtime "
+        "1.31; the target is older")
 
 
 def test_rejections_say_why(bind_text, registry):

@@ -21,7 +21,8 @@ RTX = Target(device="cuda", compute_capability=(8, 6))
 CPU = Target(device="cpu")
 
 
-def attention_text(dtype="float16", d=64, heads=8, kv=2, kind="causal+key_padding", dv=None):
+def attention_text(dtype="float16", d=64, heads=8, kv=2, kind="causal+key_padding", dv=None,
+                   extra=""):
     dv = dv or d
     padding = "key_padding" in kind
     mask = kind != "none"
@@ -38,7 +39,7 @@ def attention_text(dtype="float16", d=64, heads=8, kv=2, kind="causal+key_paddin
     return f"""
     g ({", ".join(inputs)}) => ({dtype}[B,{heads},S,{dv}] o) {{
       o = ai.onnxopt.AttentionFused <num_heads={heads}, kv_num_heads={kv}, scale=0.125,
-            head_size={d}, causal={causal}, mask_kind="{kind}", layout="BNSH"> ({args})
+            head_size={d}, causal={causal}, mask_kind="{kind}"{extra}> ({args})
     }}"""
 
 
@@ -109,6 +110,14 @@ def test_shared_memory_limit_is_what_every_gpu_allows_unless_the_target_says():
 
 
 # --- attention -----------------------------------------------------------------------------------
+
+
+def test_soft_capped_attention_is_not_ours(fused, registry):
+    _, node = fused(attention_text(extra=", softcap=50.0"))
+    selection = select_kernel(node, H100, registry)
+    assert reasons(selection)["pycuda.flash_attention"] == (
+        "does not soft-cap the scores (the node caps them at 50)")
+    assert selection.chosen.backend == "decompose"
 
 
 def test_attention_binds_to_flash_attention_with_the_models_facts_only(fused, registry):
