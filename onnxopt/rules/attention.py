@@ -29,7 +29,7 @@ from onnxopt.rules.base import Facts, Rule
 
 def _repeated(p: Builder, base: str):
     """K or V, possibly repeated over heads for grouped-query attention."""
-    kv = p.var(base, rank=4)
+    kv = p.var(base, rank=(3, 4))  # rank 3: single-head [X, S, D] views (the repeat needs 4)
     unsq = p.Unsqueeze(kv, p.const(), name=f"{base}_unsqueeze")
     rep = p.any(p.Expand(unsq, p.var(f"{base}_expand_shape"), name=f"{base}_expand"),
                 p.Tile(unsq, p.var(f"{base}_tile_repeats"), name=f"{base}_expand"))

@@ -276,6 +276,27 @@ def test_a_cap_that_is_not_positive_is_refused(make_model, cap, reason):
     assert verify_models(proto, result.proto).ok
 
 
+# torch.nn.MultiheadAttention (SigLIP's attention-pooling head) attends on [batch*heads, S, D]
+# views with bmm: a learned probe query of length 1 over the tokens' keys.
+MERGED_HEADS_3D = """
+g (float[X, 1, 16] q, float[X, seq, 16] k, float[X, seq, 16] v) => (float[X, 1, 16] o) {
+    kt = Transpose <perm = [0, 2, 1]> (k)
+    s = MatMul (q, kt)
+    c = Constant <value = float {0.25}> ()
+    ss = Mul (s, c)
+    p = Softmax <axis = -1> (ss)
+    o = MatMul (p, v)
+}
+"""
+
+
+def test_attention_on_three_dimensional_views_fuses(make_model):
+    proto = make_model(MERGED_HEADS_3D)
+    result, regions = _explain(proto)
+    assert [(r.status, r.detail) for r in regions] == [("fused", "heads 1, scale 0.25, no mask")]
+    assert verify_models(proto, result.proto).ok
+
+
 def test_triangular_mask_that_is_not_causal_is_refused(make_model):
     proto = make_model(ANTI_CAUSAL)
     result, regions = _explain(proto)
