@@ -482,8 +482,11 @@ def _ranks_declared(g: GraphProto) -> bool:
 
 
 def onnx_opset(proto: ModelProto) -> int:
-    """The model's ONNX-domain opset (0 when it imports none, as ML-only models do)."""
-    return next((imp.version for imp in proto.opset_import if imp.domain in STANDARD_DOMAINS), 0)
+    """The model's ONNX-domain opset (0 when it imports none, as ML-only models do). Listed
+    more than once, the last entry is the one ONNX Runtime reads (and the one the exporter
+    writes back), so it is the one every node is read at."""
+    versions = [imp.version for imp in proto.opset_import if imp.domain in STANDARD_DOMAINS]
+    return versions[-1] if versions else 0
 
 
 def _other_type(tp: onnx.TypeProto) -> onnx.TypeProto | None:

@@ -62,9 +62,9 @@ def reduction_semantics(node: Node) -> dict:
     axes_known = True
     if axes is None and len(node.inputs) > 1 and node.inputs[1] is not None:
         axes_value = node.inputs[1]
-        if axes_value.const is not None:
+        if axes_value.const is not None and axes_value.const.dtype in ("int64", "int32"):
             axes = [int(a) for a in axes_value.const.numpy().reshape(-1)]
-        else:
+        else:  # computed, or not integers (ORT refuses such a model; it is not ours to read)
             axes_known = False
     if not axes_known:
         return {"axes": "dynamic", "keepdims": keepdims}

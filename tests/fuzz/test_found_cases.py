@@ -3,7 +3,7 @@
 Why: each was a real failure of onnxopt (a valid model refused, an output ORT could
 not run, a changed result, an internal warning); the fix is in the code, and the
 recipe rebuilds the exact model, so a regression on any of them fails here with the
-same verdict the long run gave. Recipes are from runs 11 and 12
+same verdict the long run gave. Recipes are from runs 11, 12 and 14
 (``benchmarks/fuzz_results.md``).
 """
 
@@ -74,6 +74,13 @@ FOUND = {
     "padding_candidate_of_another_batch": _mutant(
         "m12-4164", "opt.ts", 32974728,
         [["input_shape", 2638406468], ["insert_identity", 536956541]], False),
+    "reduction_axes_that_are_not_integers": _mutant(
+        "m14-3049", "rms_swiglu", 24145045,
+        [["insert_identity", 173189451], ["init_corrupt", 3751095156]], False),
+    "default_domain_imported_twice": _mutant(
+        "m14-5569", "rms_swiglu", 44100925,
+        [["opset_extra", 2057752978], ["extra_input", 2728072880],
+         ["init_duplicate", 382612025]], False),
 }
 
 
