@@ -340,6 +340,25 @@ def _gemma2(attn: str) -> nn.Module:
     return Gemma2ForCausalLM(cfg)
 
 
+def _swin(attn: str) -> nn.Module:
+    """Swin: window attention (4×4 windows, a relative-position bias per head), every second
+    block on shifted windows whose per-window mask is added on a 5-D view of the scores."""
+    from transformers import SwinConfig, SwinModel
+
+    cfg = SwinConfig(
+        image_size=32,
+        patch_size=2,
+        num_channels=3,
+        embed_dim=HIDDEN // 4,
+        depths=[LAYERS],
+        num_heads=[HEADS // 2],
+        window_size=4,
+        mlp_ratio=2.0,
+    )
+    cfg._attn_implementation = attn
+    return SwinModel(cfg, add_pooling_layer=False)
+
+
 def _vit(attn: str) -> nn.Module:
     from transformers import ViTConfig, ViTModel
 
@@ -385,6 +404,7 @@ SPECS: dict[str, Spec] = {
         Spec("bloom", _bloom, "BloomForCausalLM", "eager", "text", "logits", True),
         Spec("gemma", _gemma, "GemmaForCausalLM", "sdpa", "text", "logits", True),
         Spec("gemma2", _gemma2, "Gemma2ForCausalLM", "eager", "text", "logits", True),
+        Spec("swin", _swin, "SwinModel", "eager", "vision", "last_hidden_state", True),
     ]
 }
 

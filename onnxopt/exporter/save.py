@@ -97,7 +97,10 @@ def _write_data_file(tensors: list[TensorProto], external: dict[str, LazyTensor]
             if _is_placeholder(t):
                 chunks = external[t.name].raw_chunks()
             elif move_large and t.data_location != TensorProto.EXTERNAL and _raw_size(t) >= EXTERNAL_THRESHOLD:
-                chunks = iter([_raw_bytes(t)])
+                data = _readable_bytes(t)
+                if data is None:
+                    continue  # numbers onnxopt cannot read (segments, an unknown type): as they were
+                chunks = iter([data])
                 _clear_data(t)
             else:
                 continue
@@ -143,6 +146,17 @@ def _raw_bytes(t: TensorProto) -> bytes:
 
     arr = numpy_helper.to_array(t)
     return arr.astype(arr.dtype.newbyteorder("<")).tobytes()
+
+
+def _readable_bytes(t: TensorProto) -> bytes | None:
+    """The tensor's little-endian bytes, or None where its numbers cannot be read as one
+    block (segments, which ONNX Runtime ignores and onnx cannot load; an unknown type)."""
+    if t.HasField("segment"):
+        return None
+    try:
+        return _raw_bytes(t)
+    except (ValueError, TypeError, KeyError):
+        return None
 
 
 def _clear_data(t: TensorProto) -> None:

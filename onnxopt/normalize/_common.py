@@ -8,7 +8,7 @@ lives here once, so that the passes differ only in what they rewrite.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Self
 
 import numpy as np
@@ -51,6 +51,15 @@ def all_graphs(model: Model) -> list[Graph]:
             for node in g:
                 stack.extend(node.subgraphs())
     return out
+
+
+def live_ops(model: Model, *op_types: str) -> Iterator[tuple[Graph, Node]]:
+    """(graph, node) for every standard-domain node of ``op_types`` in every graph: each graph
+    walked over a snapshot, skipping nodes that a rewrite earlier in the walk removed."""
+    for graph in all_graphs(model):
+        for node in list(graph):
+            if node.graph is graph and is_op(node, *op_types):
+                yield graph, node
 
 
 def is_private(value: Value, reader: Node) -> bool:

@@ -24,24 +24,21 @@ from onnxopt.ir import symdim as sd
 from onnxopt.ir.model import Model
 from onnxopt.ir.node import Node
 from onnxopt.ir.tensor import LazyTensor
-from onnxopt.normalize._common import all_graphs, is_op
+from onnxopt.normalize._common import live_ops
 
 
 def constant_reshape_target(model: Model) -> int:
     changes = 0
-    for graph in all_graphs(model):
-        for node in list(graph):
-            if node.graph is not graph or not is_op(node, "Reshape"):
-                continue
-            dims = constant_target(node)
-            if dims is None:
-                continue
-            target = graph.add_constant(LazyTensor.from_array(np.array(dims, np.int64)),
-                                        hint=node.input(1).name + "_const")
-            target.sym = tuple(dims)
-            graph.set_input(node, 1, target)
-            node.attrs.pop("allowzero", None)  # its 0s copy (no literal zero was there)
-            changes += 1
+    for graph, node in live_ops(model, "Reshape"):
+        dims = constant_target(node)
+        if dims is None:
+            continue
+        target = graph.add_constant(LazyTensor.from_array(np.array(dims, np.int64)),
+                                    hint=node.input(1).name + "_const")
+        target.sym = tuple(dims)
+        graph.set_input(node, 1, target)
+        node.attrs.pop("allowzero", None)  # its 0s copy (no literal zero was there)
+        changes += 1
     return changes
 
 

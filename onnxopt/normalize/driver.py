@@ -15,6 +15,7 @@ from onnxopt.ir.verifier import verify_graph
 from onnxopt.normalize.canonical_scale import canonical_scale
 from onnxopt.normalize.commutative_order import commutative_order
 from onnxopt.normalize.constant_reshape_target import constant_reshape_target
+from onnxopt.normalize.elementwise_out_of_split import elementwise_out_of_split
 from onnxopt.normalize.eliminate_common_subexpressions import eliminate_common_subexpressions
 from onnxopt.normalize.eliminate_dead_code import eliminate_dead_code
 from onnxopt.normalize.fold_constants import fold_constants
@@ -41,6 +42,7 @@ PASSES: list[tuple[str, Pass]] = [
     ("scale_through_layout", scale_through_layout),
     ("canonical_scale", canonical_scale),
     ("constant_reshape_target", constant_reshape_target),
+    ("elementwise_out_of_split", elementwise_out_of_split),
     ("merge_reshapes", merge_reshapes),
     ("unmerge_heads", unmerge_heads),
     ("transpose_through_reshape", transpose_through_reshape),

@@ -14,25 +14,22 @@ a head merge) collapses this way.
 from __future__ import annotations
 
 from onnxopt.ir.model import Model
-from onnxopt.normalize._common import all_graphs, is_op, is_private
+from onnxopt.normalize._common import is_op, is_private, live_ops
 
 
 def merge_reshapes(model: Model) -> int:
     changes = 0
-    for graph in all_graphs(model):
-        for outer in list(graph):
-            if outer.graph is not graph or not is_op(outer, "Reshape"):
-                continue
-            inner_value, target = outer.inputs[0], outer.input(1)
-            inner = inner_value.producer
-            if not is_op(inner, "Reshape") or not is_private(inner_value, outer):
-                continue
-            if target is None or target.const is None:
-                continue
-            dims = target.const.numpy().reshape(-1).tolist()
-            if 0 in dims or outer.attr("allowzero", 0):
-                continue
-            graph.set_input(outer, 0, inner.inputs[0])
-            graph.remove(inner)
-            changes += 1
+    for graph, outer in live_ops(model, "Reshape"):
+        inner_value, target = outer.inputs[0], outer.input(1)
+        inner = inner_value.producer
+        if not is_op(inner, "Reshape") or not is_private(inner_value, outer):
+            continue
+        if target is None or target.const is None:
+            continue
+        dims = target.const.numpy().reshape(-1).tolist()
+        if 0 in dims:  # (without a 0, allowzero changes nothing)
+            continue
+        graph.set_input(outer, 0, inner.inputs[0])
+        graph.remove(inner)
+        changes += 1
     return changes

@@ -127,6 +127,30 @@ def _same_shape(node: Node) -> Value | None:
     return x
 
 
+def _reshape_to_itself(node: Node) -> Value | None:
+    """A Reshape whose output is its input: the same known shape, or a constant target that
+    keeps every dim (each a copy ``0`` without allowzero, or the input's own positive number)
+    but at most one ``-1``, which the element count then fixes to the remaining dim."""
+    if (x := _same_shape(node)) is not None:
+        return x
+    x, target = node.inputs[0], small_constant(node.input(1), 64)
+    if x is None or x.shape is None or target is None or target.ndim != 1:
+        return None
+    dims = target.tolist()
+    if len(dims) != len(x.shape) or dims.count(-1) > 1:
+        return None
+    if x.dtype is not None and node.output.dtype not in (None, x.dtype):
+        return None
+    for d, own in zip(dims, x.shape):
+        kept = (d == 0 and not node.attr("allowzero", 0)) or (d > 0 and own == d)
+        if not kept and d != -1:
+            return None
+    if -1 in dims and not all(isinstance(own, int) and own > 0
+                              for d, own in zip(dims, x.shape) if d != -1):
+        return None  # a zero-sized dim beside the -1 would leave it undetermined
+    return x
+
+
 def _axes(node: Node) -> list[int] | None:
     axes = node.attr("axes")
     if axes is None:
@@ -193,7 +217,7 @@ _CHECKS: dict[str, Callable[[Node], Value | None]] = {
     "Mul": _arith,
     "Div": _arith,
     "Transpose": _transpose,
-    "Reshape": _same_shape,
+    "Reshape": _reshape_to_itself,
     "Expand": _same_shape,
     "Squeeze": _squeeze,
     "Unsqueeze": _unsqueeze,

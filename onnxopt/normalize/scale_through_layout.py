@@ -22,7 +22,13 @@ import numpy as np
 from onnxopt.ir.dtypes import numpy_dtype
 from onnxopt.ir.model import Model
 from onnxopt.ir.tensor import LazyTensor
-from onnxopt.normalize._common import all_graphs, is_op, is_private, new_node, scalar_operand
+from onnxopt.normalize._common import (
+    is_op,
+    is_private,
+    live_ops,
+    new_node,
+    scalar_operand,
+)
 
 NAME = "scale_through_layout"
 LAYOUT_OPS = ("Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten")
@@ -30,35 +36,32 @@ LAYOUT_OPS = ("Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten")
 
 def scale_through_layout(model: Model) -> int:
     changes = 0
-    for graph in all_graphs(model):
-        for mul in list(graph):
-            if mul.graph is not graph or not is_op(mul, "Mul"):
-                continue
-            found = scalar_operand(mul)
-            if found is None:
-                continue
-            k, value = found
-            x, c = mul.inputs[1 - k], mul.inputs[k]
-            uses = mul.output.uses()
-            if len(uses) != 1 or not is_private(mul.output, uses[0][0]):
-                continue
-            layout, index = uses[0]
-            if not is_op(layout, *LAYOUT_OPS) or index != 0:
-                continue
-            if x.rank is None or len(c.const.shape) > x.rank or x.dtype != c.dtype or x.dtype is None:
-                continue
-            if layout.output in graph.output_set():
-                continue
-            graph.set_input(layout, 0, x)
-            scalar = graph.add_constant(
-                LazyTensor.from_array(np.array(value, numpy_dtype(x.dtype))), hint=f"{NAME}/scale")
-            moved = new_node(graph, "Mul", [layout.output, scalar], before=layout,
-                             created_by=NAME, dtype=layout.output.dtype, shape=layout.output.shape)
-            graph.move_before(moved, layout)  # the layout op first, then the Mul reading it
-            for reader, i in layout.output.uses():
-                if reader is not moved:
-                    graph.set_input(reader, i, moved.output)
-            graph.remove(mul)
-            changes += 1
+    for graph, mul in live_ops(model, "Mul"):
+        found = scalar_operand(mul)
+        if found is None:
+            continue
+        k, value = found
+        x, c = mul.inputs[1 - k], mul.inputs[k]
+        uses = mul.output.uses()
+        if len(uses) != 1 or not is_private(mul.output, uses[0][0]):
+            continue
+        layout, index = uses[0]
+        if not is_op(layout, *LAYOUT_OPS) or index != 0:
+            continue
+        if x.rank is None or len(c.const.shape) > x.rank or x.dtype != c.dtype or x.dtype is None:
+            continue
+        if layout.output in graph.output_set():
+            continue
+        graph.set_input(layout, 0, x)
+        scalar = graph.add_constant(
+            LazyTensor.from_array(np.array(value, numpy_dtype(x.dtype))), hint=f"{NAME}/scale")
+        moved = new_node(graph, "Mul", [layout.output, scalar], before=layout,
+                         created_by=NAME, dtype=layout.output.dtype, shape=layout.output.shape)
+        graph.move_before(moved, layout)  # the layout op first, then the Mul reading it
+        for reader, i in layout.output.uses():
+            if reader is not moved:
+                graph.set_input(reader, i, moved.output)
+        graph.remove(mul)
+        changes += 1
     return changes
 

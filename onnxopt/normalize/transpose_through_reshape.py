@@ -20,35 +20,32 @@ from onnxopt.ir import symdim as sd
 from onnxopt.ir.edit import replace_value
 from onnxopt.ir.model import Model
 from onnxopt.ir.semantics import annotate
-from onnxopt.normalize._common import all_graphs, ints_attr, is_op, is_private
+from onnxopt.normalize._common import ints_attr, is_op, is_private, live_ops
 
 
 def transpose_through_reshape(model: Model) -> int:
     changes = 0
-    for graph in all_graphs(model):
-        for outer in list(graph):
-            if not is_op(outer, "Reshape") or outer.graph is not graph:
-                continue
-            t = outer.inputs[0].producer
-            if not is_op(t, "Transpose") or not is_private(t.output, outer):
-                continue
-            inner = t.inputs[0].producer
-            if not is_op(inner, "Reshape") or not is_private(inner.output, t):
-                continue
-            perm = _fused_perm(inner.inputs[0].shape, inner.output.shape, t.attr("perm"),
-                               outer.output.shape)
-            if perm is None:
-                continue
-            node = graph.make_node("Transpose", [inner.inputs[0]], before=outer,
-                                   attrs={"perm": ints_attr(perm)},
-                                   created_by="transpose_through_reshape")
-            node.output.dtype, node.output.shape = outer.output.dtype, outer.output.shape
-            annotate(node)
-            if not replace_value(graph, outer.output, node.output):
-                graph.remove(node)
-                continue
-            graph.remove([outer, t, inner])
-            changes += 1
+    for graph, outer in live_ops(model, "Reshape"):
+        t = outer.inputs[0].producer
+        if not is_op(t, "Transpose") or not is_private(t.output, outer):
+            continue
+        inner = t.inputs[0].producer
+        if not is_op(inner, "Reshape") or not is_private(inner.output, t):
+            continue
+        perm = _fused_perm(inner.inputs[0].shape, inner.output.shape, t.attr("perm"),
+                           outer.output.shape)
+        if perm is None:
+            continue
+        node = graph.make_node("Transpose", [inner.inputs[0]], before=outer,
+                               attrs={"perm": ints_attr(perm)},
+                               created_by="transpose_through_reshape")
+        node.output.dtype, node.output.shape = outer.output.dtype, outer.output.shape
+        annotate(node)
+        if not replace_value(graph, outer.output, node.output):
+            graph.remove(node)
+            continue
+        graph.remove([outer, t, inner])
+        changes += 1
     return changes
 
 

@@ -29,7 +29,7 @@ from onnxopt.ir.model import Model
 from onnxopt.ir.node import STANDARD_DOMAINS, Node
 from onnxopt.ir.tensor import LazyTensor
 from onnxopt.ir.value import Value
-from onnxopt.normalize._common import all_graphs, int_attr, is_op, new_node
+from onnxopt.normalize._common import int_attr, is_op, live_ops, new_node
 
 CREATED_BY = "unmerge_heads"
 
@@ -38,22 +38,19 @@ ELEMENTWISE = frozenset({"Add", "Sub", "Mul", "Div"})
 
 def unmerge_heads(model: Model) -> int:
     changes = 0
-    for graph in all_graphs(model):
-        for split in list(graph):
-            if not is_op(split, "Reshape") or split.graph is not graph:
-                continue
-            lead = _split_lead(split)
-            if lead is None:
-                continue
-            plan = _plan(split.inputs[0], lead)
-            source = _merge_source(plan) if plan is not None else None
-            if source is None or plan[0] != "op":
-                continue
-            new = _build(graph, split, plan, lead, source)
-            if not replace_value(graph, split.output, new):
-                continue
-            remove_if_dead(graph, split)
-            changes += 1
+    for graph, split in live_ops(model, "Reshape"):
+        lead = _split_lead(split)
+        if lead is None:
+            continue
+        plan = _plan(split.inputs[0], lead)
+        source = _merge_source(plan) if plan is not None else None
+        if source is None or plan[0] != "op":
+            continue
+        new = _build(graph, split, plan, lead, source)
+        if not replace_value(graph, split.output, new):
+            continue
+        remove_if_dead(graph, split)
+        changes += 1
     return changes
 
 

@@ -3,7 +3,7 @@
 Why: each was a real failure of onnxopt (a valid model refused, an output ORT could
 not run, a changed result, an internal warning); the fix is in the code, and the
 recipe rebuilds the exact model, so a regression on any of them fails here with the
-same verdict the long run gave. Recipes are from runs 11, 12 and 14
+same verdict the long run gave. Recipes are from runs 11, 12, 14 and 15
 (``benchmarks/fuzz_results.md``).
 """
 
@@ -81,6 +81,9 @@ FOUND = {
         "m14-5569", "rms_swiglu", 44100925,
         [["opset_extra", 2057752978], ["extra_input", 2728072880],
          ["init_duplicate", 382612025]], False),
+    "large_typed_tensor_with_a_segment_field": _mutant(
+        "m15-8421", "gemma2.dynamo", 66685914,
+        [["init_typed_data", 4223338833], ["segment_field", 3450998756]], True),
 }
 
 

@@ -197,3 +197,26 @@ def test_where_that_broadcasts_stays(check):
       Y = Neg(w)
     }""", remove_noops)
     assert result.unchanged
+
+
+# A Reshape whose target keeps every dim but one -1 (the first dim: unknown to inference in
+# exports whose batch a converter hid).
+RESHAPE_TO_ITSELF = """
+g (float[N, 2, {last}] x) => (float[M, 2, {last}] z) {{
+    t = Constant <value = int64[3] {{{target}}}> ()
+    y = Reshape (x, t)
+    z = Relu (y)
+}}
+"""
+
+
+@pytest.mark.parametrize("target, last, gone", [
+    ("-1, 2, 4", "4", True),    # every other dim kept, the -1 fixed by the element count
+    ("0, 2, -1", "4", True),    # copies and one -1
+    ("-1, 4, 2", "4", False),   # a different layout
+    ("-1, 2, 4", "S", False),   # S may be 0 at run time: the -1 would not be determined
+])
+def test_reshape_to_its_own_shape_with_an_unknown_dim(check, target, last, gone):
+    text = RESHAPE_TO_ITSELF.format(target=target, last=last)
+    result = check(text, remove_noops, run=last != "S")
+    assert ("Reshape" not in result.ops) == gone

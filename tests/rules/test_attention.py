@@ -236,6 +236,14 @@ def test_gemma2_soft_capped_attention_fuses_and_computes_the_same(models_dir):
     assert verify_models(path, result.proto, runs=3).ok
 
 
+def test_swin_shifted_window_attention_fuses_with_its_per_window_mask(models_dir):
+    path = str(models_dir / "swin.dynamo.onnx")
+    result, regions = _explain(path)
+    assert [r.status for r in regions] == ["fused", "fused"]
+    assert "mask additive" in regions[1].detail
+    assert verify_models(path, result.proto, runs=3).ok
+
+
 SOFT_CAPPED = """
 g (float[batch, 4, seq, 16] q, float[batch, 4, seq, 16] k, float[batch, 4, seq, 16] v,
    float[batch, 1, seq, seq] m) => (float[batch, 4, seq, 16] o) {{

@@ -1,0 +1,170 @@
+"""An Add or Mul on a view that splits one axis in two moves out past the Reshape that merges
+the axes back, its constant operand merged the same way.
+
+    Reshape(Add(x5, M), [B·nW, H, N, N])      x5: [B, nW, H, N, N], M: [1, nW, 1, N, N]
+        ->  Add(Reshape(x5, [B·nW, H, N, N]), Tile(M', [B, 1, 1, 1]))     M': [nW, 1, N, N]
+
+Swin's shifted windows add their per-window mask on a 5-D view of the ``[B·nW, H, N, N]``
+scores (the view splits batch·windows so the mask broadcasts over the batch), then merge it
+back: attention's Add is hidden between two Reshapes. Moving the elementwise ops out of the
+split/merge pair lets the two Reshapes meet (``merge_reshapes`` folds them, ``remove_noops``
+drops the identity) and the mask sits where every other exporter puts it.
+
+The merged operand is exact: merging axes ``a, a+1`` is row-major, so merged index
+``i·n + j`` reads ``M[…, i, j, …]``. Where ``M`` is 1 along both axes, or full along both, it
+is only reshaped (a new constant of the same bytes); where it is 1 along ``a`` and full along
+``a+1`` (per window, the same for every batch), it is reshaped to the ``n`` windows and tiled
+``a``'s size times — a ``Tile`` whose repeats read that size from the shape at run time
+when it is symbolic. Other operands (computed ones, partial broadcasts) stay where they are.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from onnxopt.ir import symdim as sd
+from onnxopt.ir.graph import Graph
+from onnxopt.ir.model import Model
+from onnxopt.ir.node import Node
+from onnxopt.ir.tensor import LazyTensor
+from onnxopt.ir.value import Value
+from onnxopt.normalize._common import (
+    int_attr,
+    is_op,
+    is_private,
+    live_ops,
+    new_node,
+    small_constant,
+)
+
+NAME = "elementwise_out_of_split"
+OPS = ("Add", "Mul")
+
+
+def elementwise_out_of_split(model: Model) -> int:
+    changes = 0
+    for graph, merge in live_ops(model, "Reshape"):
+        op = merge.inputs[0].producer
+        if not is_op(op, *OPS) or not is_private(op.output, merge) or merge.input(1) is None:
+            continue
+        axis = merged_axis(op.output.shape, merge.output.shape)
+        found = _operands(op) if axis is not None else None
+        if found is None or merge.output in graph.output_set():
+            continue
+        x, m = found
+        arr = _laid_out(m, x, axis)
+        if arr is None:
+            continue
+        inner = new_node(graph, "Reshape", [x, merge.input(1)], before=merge,
+                         created_by=NAME, attrs=dict(merge.attrs), dtype=x.dtype,
+                         shape=merge.output.shape)
+        merged = _merged_operand(graph, merge, arr, m, x, inner.output, axis)
+        moved = new_node(graph, op.op_type, [inner.output, merged], before=merge,
+                         created_by=NAME, dtype=merge.output.dtype, shape=merge.output.shape)
+        graph.replace_all_uses(merge.output, moved.output)
+        graph.remove(merge)
+        graph.remove(op)
+        changes += 1
+    return changes
+
+
+def merged_axis(split, merged) -> int | None:
+    """``a`` when ``merged`` is ``split`` with axes ``a`` and ``a+1`` merged. The merged dim
+    and the first split one may be unknown where every other dim is a positive number: the
+    element count, the same on both sides, then fixes the merged dim to their product."""
+    if split is None or merged is None or len(split) != len(merged) + 1:
+        return None
+    for a in range(len(merged)):
+        rest = list(zip(split[:a], merged[:a])) + list(zip(split[a + 2:], merged[a + 1:]))
+        if not all(x is not None and sd.same(x, y) for x, y in rest):
+            continue
+        if None not in (merged[a], split[a], split[a + 1]) and sd.same(
+                merged[a], sd.mul(split[a], split[a + 1])):
+            return a
+        if (merged[a] is None and split[a] is None and isinstance(split[a + 1], int)
+                and split[a + 1] > 0 and all(isinstance(x, int) and x > 0 for x, _ in rest)):
+            return a
+    return None
+
+
+def _operands(op: Node) -> tuple[Value, Value] | None:
+    """(the view, the constant) when one operand is the full-shaped view and the other a
+    constant that broadcasts into it without enlarging it."""
+    out = op.output.shape
+    for i in (0, 1):
+        x, m = op.inputs[i], op.inputs[1 - i]
+        if x is None or m is None or m.const is None or x.const is not None:
+            continue
+        if x.shape is None or len(x.shape) != len(out) or x.dtype != m.dtype:
+            continue
+        if len(m.const.shape) > len(out):
+            continue
+        dims = (1,) * (len(out) - len(m.const.shape)) + tuple(m.const.shape)
+        # The view keeps its shape where the constant is 1 or equally long: no enlarging.
+        if all(d == 1 or sd.same(x_dim, d) for x_dim, d in zip(x.shape, dims)):
+            return x, m
+    return None
+
+
+def _laid_out(m: Value, x: Value, a: int) -> np.ndarray | None:
+    """``m``'s numbers at ``x``'s rank, when they merge along ``a, a+1`` (see the docstring)."""
+    arr = small_constant(m)
+    if arr is None:
+        return None
+    shape = x.shape
+    arr = arr.reshape((1,) * (len(shape) - arr.ndim) + arr.shape)
+    ma, mb = arr.shape[a], arr.shape[a + 1]
+    if (ma, mb) == (1, 1) or (sd.same(ma, shape[a]) and sd.same(mb, shape[a + 1])):
+        return arr
+    if ma == 1 and sd.same(mb, shape[a + 1]):
+        return arr  # per window: tiled
+    return None  # a broadcast along the second axis only: not a plain merge
+
+
+def _merged_operand(graph: Graph, merge: Node, arr: np.ndarray, m: Value, x: Value,
+                    merged_view: Value, a: int) -> Value:
+    shape = x.shape
+    ma, mb = arr.shape[a], arr.shape[a + 1]
+    head, tail = arr.shape[:a], arr.shape[a + 2:]
+    merged = _constant(graph, arr.reshape(head + (ma * mb,) + tail), m)
+    if ma == mb == 1 or ma != 1 or sd.same(shape[a], 1):
+        return merged
+    repeats = _repeats(graph, merge, merged_view, a, mb, len(shape) - 1)
+    tiled = new_node(graph, "Tile", [merged, repeats], before=merge, created_by=NAME,
+                     dtype=m.dtype, shape=tuple(head) + (sd.mul(shape[a], mb),) + tuple(tail))
+    return tiled.output
+
+
+def _constant(graph: Graph, arr: np.ndarray, like: Value) -> Value:
+    return graph.add_constant(LazyTensor.from_array(np.ascontiguousarray(arr)),
+                              hint=f"{like.name}_merged")
+
+
+def _repeats(graph: Graph, merge: Node, merged_view: Value, a: int, per: int,
+             rank: int) -> Value:
+    """``[1, …, n, …, 1]`` with ``n`` = the merged axis' size / ``per``: a constant where it is
+    known, else read from the merged view's shape (the split view's own shape would give the
+    split Reshape a second reader and keep it from folding away)."""
+    size = merged_view.shape[a]
+    if isinstance(size, int):
+        ones = np.ones(rank, np.int64)
+        ones[a] = size // per
+        return graph.add_constant(LazyTensor.from_array(ones), hint=f"{NAME}/repeats")
+    shape = new_node(graph, "Shape", [merged_view], before=merge, created_by=NAME,
+                     dtype="int64", shape=(rank,))
+    index = graph.add_constant(LazyTensor.from_array(np.array([a], np.int64)), hint=f"{NAME}/axis")
+    rows = new_node(graph, "Gather", [shape.output, index], before=merge, created_by=NAME,
+                    dtype="int64", shape=(1,))
+    per_value = graph.add_constant(LazyTensor.from_array(np.array([per], np.int64)),
+                                   hint=f"{NAME}/per")
+    count = new_node(graph, "Div", [rows.output, per_value], before=merge, created_by=NAME,
+                     dtype="int64", shape=(1,))
+    parts = [(graph.add_constant(LazyTensor.from_array(np.ones(a, np.int64)), hint=f"{NAME}/ones"), a),
+             (count.output, 1),
+             (graph.add_constant(LazyTensor.from_array(np.ones(rank - a - 1, np.int64)),
+                                 hint=f"{NAME}/ones"), rank - a - 1)]
+    pieces = [value for value, n in parts if n]
+    if len(pieces) == 1:
+        return pieces[0]
+    return new_node(graph, "Concat", pieces, before=merge, created_by=NAME,
+                    attrs={"axis": int_attr(0)}, dtype="int64", shape=(rank,)).output
