@@ -169,4 +169,6 @@ def print_verify(report: VerifyReport) -> None:
         out.print(f"inputs: {', '.join(report.inputs_from)}")
     if report.long_run_skipped:
         out.print(f"long-sequence run skipped: {report.long_run_skipped}")
+    if report.fails:
+        out.print(report.fails)
     out.print("verify: " + ("ok" if report.ok else "FAILED"))

@@ -31,6 +31,7 @@ from onnxopt.importer.load import (
     tensor_problem,
 )
 from onnxopt.importer.toposort import reads_of, topological_order
+from onnxopt.ir import symdim as sd
 from onnxopt.ir.dtypes import dtype_name
 from onnxopt.ir.graph import Graph, NameScope
 from onnxopt.ir.model import Model
@@ -460,10 +461,26 @@ def _drop_weights(proto: ModelProto) -> None:
                               "double_data", "uint64_data", "string_data"):
                     t.ClearField(field)
         for node in g.node:
+            if node.op_type == "Constant" and node.domain in STANDARD_DOMAINS:
+                _keep_constant_attributes(node)
             for a in node.attribute:
                 if a.HasField("g"):
                     stack.append(a.g)
                 stack.extend(a.graphs)
+
+
+_CONSTANT_ATTRIBUTES = frozenset({"value", "value_float", "value_floats", "value_int",
+                                  "value_ints", "value_string", "value_strings", "sparse_value"})
+
+
+def _keep_constant_attributes(node) -> None:
+    """A Constant with attributes of other names besides its value: ONNX Runtime reads the
+    value, onnx's shape inference may read another one (and infer shapes the model does not
+    have). The copy handed to shape inference keeps only the Constant's own attributes."""
+    if any(a.name not in _CONSTANT_ATTRIBUTES for a in node.attribute):
+        kept = [a for a in node.attribute if a.name in _CONSTANT_ATTRIBUTES]
+        del node.attribute[:]
+        node.attribute.extend(kept)
 
 
 _INVENTED_SYMBOL = re.compile(r"unk__\d+")
@@ -507,10 +524,18 @@ def type_of(tp: onnx.TypeProto) -> tuple[str | None, Shape]:
         if d.HasField("dim_value") and d.dim_value >= 0:  # a negative size means nothing known
             dims.append(d.dim_value)
         elif d.HasField("dim_param") and d.dim_param:
-            dims.append(d.dim_param)
+            dims.append(d.dim_param if _names_a_symbol(d.dim_param) else None)
         else:
             dims.append(None)
     return dtype, tuple(dims)
+
+
+def _names_a_symbol(name: str) -> bool:
+    """A declared dim name read as a symbol: ``batch``, ``2*s0`` (an exporter's expression).
+    A name that is only a number ("1") is a name, not that number — ONNX Runtime binds it to
+    whatever size it is fed — so it is read as unknown."""
+    monomial = sd.to_monomial(name)
+    return monomial is not None and bool(monomial[1])
 
 
 def _apply_type(v: Value, info: tuple[str | None, Shape] | None) -> None:

@@ -53,10 +53,12 @@ class VerifyReport:
     runs: list[dict[str, tuple[int, ...]]] = field(default_factory=list)
     long_run_skipped: str | None = None  # why the long-sequence run did not happen
     inputs_from: list[str] | None = None  # the user's input files (None: generated inputs)
+    # The optimized model failed on an input the original runs on: a mismatch like any other.
+    fails: str | None = None
 
     @property
     def ok(self) -> bool:
-        return all(o.ok for o in self.outputs)
+        return self.fails is None and all(o.ok for o in self.outputs)
 
     @property
     def bitwise(self) -> bool:
@@ -69,6 +71,7 @@ class VerifyReport:
             "runs": [{k: list(v) for k, v in r.items()} for r in self.runs],
             "long_run_skipped": self.long_run_skipped,
             "inputs": self.inputs_from or "generated",
+            "fails": self.fails,
             "outputs": [o.__dict__ | {"ok": o.ok} for o in self.outputs],
         }
 
@@ -111,7 +114,14 @@ def verify_models(original: str | ModelProto, optimized: str | ModelProto, *, ru
 
     def compare(feeds: dict[str, np.ndarray], out_a: list) -> None:
         report.runs.append({n: tuple(np.shape(a)) for n, a in feeds.items()})
-        for name, a, b in zip(names_a, out_a, evaluation.run(sess_b, feeds)):
+        try:
+            out_b = evaluation.run(sess_b, feeds)
+        except Exception as e:  # noqa: BLE001 - the optimized model's failure is the finding
+            shapes = ", ".join(f"{n}{list(np.shape(a))}" for n, a in feeds.items())
+            report.fails = report.fails or (f"the optimized model fails on {shapes}, where the "
+                                            f"original runs: {_first_line(e)}")
+            return
+        for name, a, b in zip(names_a, out_a, out_b):
             _accumulate(diffs[name], np.asarray(a), np.asarray(b))
 
     if inputs is not None:

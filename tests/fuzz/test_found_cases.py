@@ -3,7 +3,7 @@
 Why: each was a real failure of onnxopt (a valid model refused, an output ORT could
 not run, a changed result, an internal warning); the fix is in the code, and the
 recipe rebuilds the exact model, so a regression on any of them fails here with the
-same verdict the long run gave. Recipes are from runs 11, 12, 14 and 15
+same verdict the long run gave. Recipes are from runs 11, 12, 14, 15 and 16
 (``benchmarks/fuzz_results.md``).
 """
 
@@ -84,6 +84,12 @@ FOUND = {
     "large_typed_tensor_with_a_segment_field": _mutant(
         "m15-8421", "gemma2.dynamo", 66685914,
         [["init_typed_data", 4223338833], ["segment_field", 3450998756]], True),
+    "dim_named_like_a_number": _mutant(
+        "m16-4441", "bloom.dynamo", 35168295,
+        [["init_corrupt", 2373567178], ["input_shape", 560024673]], False),
+    "constant_with_an_attribute_of_another_name": _mutant(
+        "m16-937", "roberta.ts", 7420119,
+        [["attr_add", 858768155], ["trailing_empty_inputs", 117121896]], False),
 }
 
 

@@ -145,3 +145,16 @@ def test_long_run_is_skipped_with_a_reason(make_model):
     fixed = ADD_W.replace("[batch, seq]", "[2, 300]")
     report = onnxopt.verify(make_model(fixed), _switching(make_model(fixed)), runs=1)
     assert report.long_run_skipped == "the model has no sequence dimension"
+
+
+def test_an_optimized_model_that_fails_where_the_original_runs_is_a_mismatch(make_model):
+    original = make_model("g (float[N, 4] x) => (float[N, 4] y) { y = Identity (x) }")
+    broken = make_model("""
+    g (float[N, 4] x) => (float[N, 4] y) {
+        t = Constant <value = int64[2] {3, 4}> ()
+        y = Reshape (x, t)
+    }""")
+    report = onnxopt.verify(original, broken, runs=3)
+    assert not report.ok
+    assert report.fails.startswith("the optimized model fails on x[")
+    assert "where the original runs:" in report.fails
