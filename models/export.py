@@ -375,6 +375,74 @@ def _vit(attn: str) -> nn.Module:
     return ViTModel(cfg, add_pooling_layer=False)
 
 
+class _ResnetBlock(nn.Module):
+    """A diffusion UNet/VAE resnet block: ``x + conv(silu(gn(conv(silu(gn(x))))))``."""
+
+    def __init__(self, channels: int, groups: int):
+        super().__init__()
+        self.norm1 = nn.GroupNorm(groups, channels, eps=1e-6)
+        self.conv1 = nn.Conv2d(channels, channels, 3, padding=1)
+        self.norm2 = nn.GroupNorm(groups, channels, eps=1e-6)
+        self.conv2 = nn.Conv2d(channels, channels, 3, padding=1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.conv1(nn.functional.silu(self.norm1(x)))
+        return x + self.conv2(nn.functional.silu(self.norm2(h)))
+
+
+class _SpatialAttention(nn.Module):
+    """A VAE/UNet mid-block attention: GroupNorm, then heads over the h·w positions."""
+
+    def __init__(self, channels: int, groups: int, heads: int, attn: str):
+        super().__init__()
+        self.norm = nn.GroupNorm(groups, channels, eps=1e-6)
+        self.to_q, self.to_k, self.to_v, self.to_out = (nn.Linear(channels, channels)
+                                                        for _ in range(4))
+        self.heads, self.attn = heads, attn
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, c, h, w = x.shape
+        t = self.norm(x).view(b, c, h * w).transpose(1, 2)
+
+        def split(v):
+            return v.view(b, -1, self.heads, c // self.heads).transpose(1, 2)
+
+        q, k, v = split(self.to_q(t)), split(self.to_k(t)), split(self.to_v(t))
+        if self.attn == "sdpa":
+            o = nn.functional.scaled_dot_product_attention(q, k, v)
+        else:
+            scores = q @ k.transpose(-1, -2) / float(c // self.heads) ** 0.5
+            o = scores.softmax(dim=-1) @ v
+        o = self.to_out(o.transpose(1, 2).reshape(b, h * w, c))
+        return x + o.transpose(1, 2).reshape(b, c, h, w)
+
+
+class _TinyDiffusion(nn.Module):
+    """A diffusion VAE decoder's shape in miniature: resnet, mid attention, resnet, norm out."""
+
+    def __init__(self, attn: str, channels: int = 32, groups: int = 8):
+        super().__init__()
+        self.config = type("Config", (), {})()
+        self.conv_in = nn.Conv2d(3, channels, 3, stride=2, padding=1)
+        self.blocks = nn.Sequential(_ResnetBlock(channels, groups),
+                                    _SpatialAttention(channels, groups, 2, attn),
+                                    _ResnetBlock(channels, groups))
+        self.norm_out = nn.GroupNorm(groups, channels, eps=1e-6)
+        self.conv_out = nn.Conv2d(channels, 3, 3, padding=1)
+        for m in self.modules():  # random affine weights, as a trained model has
+            if isinstance(m, nn.GroupNorm):
+                nn.init.normal_(m.weight, 1.0, 0.2)
+                nn.init.normal_(m.bias, 0.0, 0.2)
+
+    def forward(self, pixel_values: torch.Tensor, return_dict: bool = False):
+        h = self.blocks(self.conv_in(pixel_values))
+        return (self.conv_out(nn.functional.silu(self.norm_out(h))),)
+
+
+def _diffusion(attn: str) -> nn.Module:
+    return _TinyDiffusion(attn)
+
+
 @dataclass(frozen=True)
 class Spec:
     name: str
@@ -382,7 +450,7 @@ class Spec:
     hf_class: str
     attn: str  # "eager" | "sdpa"
     kind: str  # "text" | "vision"
-    output: str  # "logits" | "last_hidden_state"
+    output: str  # "logits" | "last_hidden_state" | "sample"
     unseen: bool = False  # no fusion rule is written against it
 
 
@@ -405,6 +473,8 @@ SPECS: dict[str, Spec] = {
         Spec("gemma", _gemma, "GemmaForCausalLM", "sdpa", "text", "logits", True),
         Spec("gemma2", _gemma2, "Gemma2ForCausalLM", "eager", "text", "logits", True),
         Spec("swin", _swin, "SwinModel", "eager", "vision", "last_hidden_state", True),
+        Spec("diffusion", _diffusion, "(GroupNorm resnet + attention)", "sdpa", "vision",
+             "sample", True),
     ]
 }
 

@@ -33,7 +33,7 @@ def transpose_through_reshape(model: Model) -> int:
         if not is_op(inner, "Reshape") or not is_private(inner.output, t):
             continue
         perm = _fused_perm(inner.inputs[0].shape, inner.output.shape, t.attr("perm"),
-                           outer.output.shape)
+                           outer.output.shape, _target(inner), _target(outer))
         if perm is None:
             continue
         node = graph.make_node("Transpose", [inner.inputs[0]], before=outer,
@@ -49,19 +49,40 @@ def transpose_through_reshape(model: Model) -> int:
     return changes
 
 
-def _fused_perm(x, merged, perm, out):
+def _target(reshape) -> list[int] | None:
+    """A Reshape's constant target without 0s (a 0 would copy, and allowzero could change
+    that), else None."""
+    shape = reshape.inputs[1] if len(reshape.inputs) > 1 else None
+    if shape is None or shape.const is None:
+        return None
+    t = [int(v) for v in shape.const.numpy().reshape(-1)]
+    return None if 0 in t else t
+
+
+def _counted(target, known) -> bool:
+    """``target`` is ``[-1, *known]`` with ``known`` all numbers: the element count fixes the
+    -1, so the reshape gives axis 0 whatever the unknown leading dims multiply to."""
+    return (target is not None and len(target) == len(known) + 1 and target[0] == -1
+            and all(isinstance(d, int) and d == t for d, t in zip(known, target[1:])))
+
+
+def _fused_perm(x, merged, perm, out, merge_target=None, split_target=None):
     if x is None or merged is None or out is None or perm is None or perm[0] != 0:
         return None
     if sorted(perm) != list(range(len(merged))):
         return None
     rest = len(merged) - 1
     k = len(x) - rest
-    if k < 2 or tuple(x[k:]) != tuple(merged[1:]) or not sd.same(merged[0], sd.product(x[:k])):
+    if k < 2 or tuple(x[k:]) != tuple(merged[1:]):
+        return None
+    if not (sd.same(merged[0], sd.product(x[:k])) or _counted(merge_target, list(x[k:]))):
         return None
     moved = [merged[p] for p in perm]
-    if len(out) != k + rest or not all(sd.same(a, b) for a, b in zip(out[:k], x[:k])):
+    if len(out) != k + rest:
+        return None
+    if not (all(sd.same(a, b) for a, b in zip(out[:k], x[:k]))
+            or _counted(split_target, [*x[1:k], *moved[1:]])):
         return None
     if not all(sd.same(a, b) for a, b in zip(out[k:], moved[1:])):
         return None
     return list(range(k)) + [k - 1 + p for p in perm[1:]]
-

@@ -14,7 +14,8 @@ from onnxopt.options import OptimizeOptions
 from onnxopt.rules import all_rules
 from onnxopt.verification import verify_models
 
-OURS = ("LayerNormFused", "RMSNormFused", "GeluFused", "SiluFused", "SwiGLUFused", "RotaryFused")
+OURS = ("LayerNormFused", "RMSNormFused", "GroupNormFused", "GeluFused", "SiluFused", "SwiGLUFused",
+        "RotaryFused")
 
 
 def test_decomposed_model_matches_the_original(model_path, decompose_model):

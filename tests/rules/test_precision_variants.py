@@ -22,7 +22,8 @@ from onnxopt.options import OptimizeOptions
 from onnxopt.pipeline import run_pipeline
 from onnxopt.verification import verify_models
 
-FUSED = ("attention", "layer_norm", "rms_norm", "gelu", "silu", "swiglu", "rotary")
+FUSED = ("attention", "layer_norm", "rms_norm", "group_norm", "group_norm_silu", "gelu", "silu",
+         "swiglu", "rotary")
 
 
 def _fused(path) -> dict[str, int]:

@@ -1,0 +1,315 @@
+"""GroupNorm over channel groups  ->  ai.onnxopt.GroupNormFused(x, γ, β)
+
+Diffusion UNets and VAEs normalise with ``nn.GroupNorm``, which both PyTorch
+exporters write as ``Reshape(x, [0, G, -1]) → InstanceNormalization(1, 0) →
+Reshape(Shape(x)) → Mul(γ) → Add(β)``: instance norm over G pseudo-channels
+is group norm. Other producers write ONNX ``GroupNormalization`` (opset 18: one
+scale per group; opset 21: one per channel). Both become one fused op whose
+γ and β are per channel: non-trivial InstanceNormalization scale/bias
+(one per group) and opset-18 group scales are folded into them, which is exact.
+
+Normalization removes an all-ones γ or an all-zeros β, so the decomposed form
+ends at the Add, the Mul or the Reshape back: one rule per last op, all named
+``group_norm``, and an ending refuses while the norm visibly continues with its
+per-channel weight or bias, so the whole norm is fused once.
+
+The SiLU after a GroupNorm (a UNet resnet block's ``silu(norm(x))``) is taken
+in by ``group_norm_silu`` once the norm is fused.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from onnxopt.ir import symdim as sd
+from onnxopt.ir.builder import FUSED_DOMAIN, NodeBuilder
+from onnxopt.ir.dtypes import FLOAT_TYPES, numpy_dtype
+from onnxopt.ir.node import STANDARD_DOMAINS, Node
+from onnxopt.ir.value import Value
+from onnxopt.match.pattern import Builder, Match
+from onnxopt.rules._norm import sole_reader
+from onnxopt.rules.base import Facts, Rule
+
+
+@dataclass(frozen=True)
+class GroupNormFacts(Facts):
+    groups: int = 1
+    epsilon: float = 1e-5
+    gamma: np.ndarray | None = None  # [C] in float64, None: all ones
+    beta: np.ndarray | None = None  # [C] in float64, None: all zeros
+    view: Value | None = None  # the [N, C, ...] target the norm's output has, when not x's
+
+
+def _channels(x: Value) -> tuple[int | None, str | None]:
+    """X's channel count (axis 1), or a reason it is not known."""
+    if x.shape is None:
+        return None, f"%{x.name}: the shape of the normalised input is unknown"
+    if len(x.shape) < 2:
+        return None, f"%{x.name}: rank {len(x.shape)}, GroupNorm needs [N, C, ...]"
+    c = x.shape[1]
+    if not isinstance(c, int):
+        return None, f"%{x.name}: the channel dimension is {c}, not a known size"
+    return c, None
+
+
+def channel_vector(value: Value, x: Value, channels: int) -> np.ndarray | None:
+    """``value`` as one number per channel of ``x`` ([C], float64), when it is a constant
+    that broadcasts against ``x`` along the channel axis only; else None."""
+    if value.const is None or x.rank is None:
+        return None
+    arr = value.const.numpy()
+    if arr.ndim > x.rank or arr.dtype.kind != "f":
+        return None
+    for j, d in enumerate(arr.shape):
+        axis = x.rank - arr.ndim + j
+        if d != 1 and not (axis == 1 and d == channels):
+            return None
+    return np.broadcast_to(arr.reshape(-1).astype(np.float64), [channels]).copy()
+
+
+def _affine_continues(*ops: str):
+    """A ``check`` for an ending: fail while its sole reader is a per-channel Mul/Add."""
+    def check(node: Node) -> str | None:
+        reader = sole_reader(node)
+        if reader is None or reader.domain not in STANDARD_DOMAINS or reader.op_type not in ops:
+            return None
+        out = node.outputs[0]
+        other = [v for v in reader.inputs if v is not out]
+        c = out.shape[1] if out.shape is not None and len(out.shape) >= 2 else None
+        if (len(reader.inputs) == 2 and len(other) == 1 and isinstance(c, int)
+                and channel_vector(other[0], out, c) is not None):
+            what = "weight" if reader.op_type == "Mul" else "bias"
+            return f"the norm continues with its {what} ({reader.name}); it is fused there"
+        return None
+    return check
+
+
+def _split_reason(target: np.ndarray, x: Value, groups: int, allowzero: int) -> str | None:
+    """The Reshape before the instance norm splits x into [N, groups, ...]: instance norm then
+    normalises each (n, group) over everything after the group axis, whatever its layout
+    (``[0, G, -1]`` from PyTorch, ``[N, G, C/G, H, W]`` from others)."""
+    shown = [int(v) for v in target.reshape(-1)]
+    if len(shown) < 3 or shown[1] != groups:
+        return f"the split Reshape's target is {shown}, not [N, {groups}, ...]"
+    n = shown[0]
+    if n == 0 and allowzero:
+        return f"the split Reshape has allowzero=1 and a 0 in its target {shown}"
+    if n == 0 or (n > 0 and sd.same(n, x.shape[0])):
+        return None
+    count = sd.product(x.shape[1:])
+    if n == -1 and all(v > 0 for v in shown[1:]) and isinstance(count, int) and count == int(
+            np.prod(shown[1:], dtype=np.int64)):
+        return None  # the element count fixes the -1 at N
+    return f"the split Reshape's target {shown} is not proven to keep the batch of {_shape(x.shape)}"
+
+
+def _merged_view(merge: Node, x: Value, channels: int) -> tuple[Value | None, str | None]:
+    """What the Reshape after the instance norm restores: x's own shape (None, None), another
+    ``[N, C, ...]`` view of x (its target, None) — a later view folded into it — or a reason.
+
+    Group statistics do not depend on how the spatial axes are laid out, so any target that
+    keeps the batch and the channels is the same norm on a view of x.
+    """
+    target = merge.inputs[1]
+    producer = target.producer
+    if (producer is not None and producer.op_type == "Shape" and producer.inputs[0] is x
+            and producer.attr("start", 0) == 0 and producer.attr("end") is None):
+        return None, None
+    out = merge.outputs[0]
+    if target.const is not None:
+        t = [int(v) for v in target.const.numpy().reshape(-1)]
+        batch_kept = len(t) >= 2 and (
+            (t[0] == 0 and not merge.attr("allowzero", 0))
+            or (t[0] > 0 and sd.same(t[0], x.shape[0]))
+            # [-1, C, s...]: the element count fixes the -1 at N when s holds x's positions
+            or (t[0] == -1 and all(v > 0 for v in t[1:])
+                and sd.product(x.shape[2:]) == int(np.prod(t[2:], dtype=np.int64))))
+        if not batch_kept or t[1] != channels:
+            return None, f"its target {t} does not keep the batch and the {channels} channels"
+        if len(t) == len(x.shape) and _same_spatial(t[2:], list(x.shape[2:])):
+            return None, None
+        return target, None
+    if (out.shape is not None and len(out.shape) >= 2 and sd.same(out.shape[0], x.shape[0])
+            and out.shape[1] == channels):
+        same = len(out.shape) == len(x.shape) and all(
+            sd.same(a, b) for a, b in zip(out.shape, x.shape))
+        return (None if same else target), None
+    return None, (f"the Reshape after the norm gives {_shape(out.shape)}, which is not proven "
+                  f"to keep the batch and channels of {_shape(x.shape)}")
+
+
+def _same_spatial(target: list[int], spatial: list) -> bool:
+    """A constant target equals x's spatial dims: equal numbers, and at most one -1 or 0-free
+    unknown, which the element count (batch and channels equal) then fixes."""
+    unproven = [i for i, (t, d) in enumerate(zip(target, spatial))
+                if not (t > 0 and sd.same(t, d))]
+    return not unproven or (len(unproven) == 1 and target[unproven[0]] == -1)
+
+
+def _fold_instance_affine(scale, bias, gamma, beta, channels):
+    """γ·(s_g·n + b_g) + β  =  (γ·s_g)·n + (γ·b_g + β): the per-group scale and bias of the
+    instance norm folded into the per-channel weight and bias (None: all ones, all zeros)."""
+    per_group = channels // len(scale)
+    g = np.ones(channels) if gamma is None else gamma
+    new_gamma = g * scale.repeat(per_group)
+    new_beta = g * bias.repeat(per_group) + (0.0 if beta is None else beta)
+    return (None if np.all(new_gamma == 1.0) else new_gamma,
+            None if np.all(new_beta == 0.0) else new_beta)
+
+
+class GroupNorm(Rule):
+    """Reshape → InstanceNormalization → Reshape → Mul(γ) → Add(β)  ->  GroupNormFused"""
+
+    name = "group_norm"
+    root = ("Add", "Mul", "Reshape")
+
+    def pattern(self, p: Builder):
+        x = p.var("x", dtype=FLOAT_TYPES)
+        split = p.Reshape(x, p.const("split_shape"), name="split", reads=("allowzero",))
+        inorm = p.InstanceNormalization(split, p.const("in_scale"), p.const("in_bias"),
+                                        name="inorm", reads=("epsilon",))
+
+        def merged(check=None):
+            return p.Reshape(inorm, p.var("merge_shape"), name="merge", check=check,
+                             reads=("allowzero",))
+
+        gamma, beta = p.const("gamma"), p.const("beta")
+        return p.any(
+            p.Add(p.Mul(merged(), gamma, name="weight"), beta, name="bias"),
+            p.Add(merged(), beta, name="bias"),
+            p.Mul(merged(), gamma, name="weight", check=_affine_continues("Add")),
+            merged(_affine_continues("Mul", "Add")),
+        )
+
+    def legal(self, m: Match, target) -> str | GroupNormFacts:
+        x = m.x
+        channels, reason = _channels(x)
+        if reason:
+            return reason
+        scale, bias = m.in_scale.const.numpy(), m.in_bias.const.numpy()
+        groups = scale.size
+        if scale.ndim != 1 or bias.shape != scale.shape:
+            return (f"{m.inorm.name}: scale {list(scale.shape)} and bias {list(bias.shape)} "
+                    "are not one number per group")
+        if channels % groups:
+            return f"%{x.name}: {channels} channels do not split into {groups} groups"
+        if reason := _split_reason(m.split_shape.const.numpy(), x, groups,
+                                   m.split.attr("allowzero", 0)):
+            return f"{m.split.name}: {reason}"
+        out = m.merge.outputs[0]
+        view, reason = _merged_view(m.merge, x, channels)
+        if reason:
+            return f"{m.merge.name}: {reason}"
+        gamma = beta = None
+        for value, what in ((m.gamma, "weight"), (m.beta, "bias")):
+            if value is None:
+                continue
+            vector = channel_vector(value, out, channels)
+            if vector is None:
+                return (f"%{value.name}: the {what} has shape {list(value.const.shape)}, not one "
+                        f"number per channel of {_shape(x.shape)}")
+            gamma, beta = (vector, beta) if what == "weight" else (gamma, vector)
+        gamma, beta = _fold_instance_affine(scale.astype(np.float64), bias.astype(np.float64),
+                                            gamma, beta, channels)
+        return GroupNormFacts(groups=groups, epsilon=float(m.inorm.attr("epsilon", 1e-5)),
+                              gamma=gamma, beta=beta, view=view)
+
+    def rewrite(self, b: NodeBuilder, m: Match, facts: GroupNormFacts):
+        x = m.x
+        if facts.view is not None:  # the norm's output is another [N, C, ...] view of x
+            shaped = b.op("Reshape", x, facts.view)
+            shaped.dtype, shaped.shape = x.dtype, m.merge.outputs[0].shape
+            x = shaped
+        return emit_group_norm(b, x, facts)
+
+    def describe(self, m: Match, facts: GroupNormFacts) -> str:
+        return f"{facts.groups} groups, epsilon {facts.epsilon:g}"
+
+
+class GroupNormOp(Rule):
+    """GroupNormalization(x, scale, bias)  ->  ai.onnxopt.GroupNormFused(x, γ, β)"""
+
+    name = "group_norm"
+    root = "GroupNormalization"
+
+    def pattern(self, p: Builder):
+        return p.GroupNormalization(p.var("x", dtype=FLOAT_TYPES), p.const("scale"),
+                                    p.const("bias"), name="gn",
+                                    reads=("num_groups", "epsilon", "stash_type"))
+
+    def legal(self, m: Match, target) -> str | GroupNormFacts:
+        x = m.x
+        channels, reason = _channels(x)
+        if reason:
+            return reason
+        groups = int(m.gn.attr("num_groups", 0))
+        if groups <= 0 or channels % groups:
+            return f"{m.gn.name}: {channels} channels do not split into {groups} groups"
+        vectors = []
+        for value, what in ((m.scale, "scale"), (m.bias, "bias")):
+            arr = value.const.numpy().astype(np.float64).reshape(-1)
+            # opset 18 has one number per group, opset 21 one per channel: the size says which
+            if arr.size == groups:
+                arr = arr.repeat(channels // groups)
+            elif arr.size != channels:
+                return (f"%{value.name}: the {what} holds {arr.size} numbers, neither one per "
+                        f"group ({groups}) nor one per channel ({channels})")
+            vectors.append(arr)
+        gamma, beta = vectors
+        return GroupNormFacts(groups=groups, epsilon=float(m.gn.attr("epsilon", 1e-5)),
+                              gamma=None if np.all(gamma == 1.0) else gamma,
+                              beta=None if np.all(beta == 0.0) else beta)
+
+    def rewrite(self, b: NodeBuilder, m: Match, facts: GroupNormFacts):
+        return emit_group_norm(b, m.x, facts)
+
+    def describe(self, m: Match, facts: GroupNormFacts) -> str:
+        return f"GroupNormalization, {facts.groups} groups, epsilon {facts.epsilon:g}"
+
+
+class GroupNormSilu(Rule):
+    """GroupNormFused(x) · sigmoid(GroupNormFused(x))  ->  GroupNormFused(x, activation=silu)"""
+
+    name = "group_norm_silu"
+    root = ("Mul", "SiluFused")
+
+    def pattern(self, p: Builder):
+        norm = p.op("GroupNormFused", p.var("x"), p.maybe(p.var("gamma")), p.maybe(p.var("beta")),
+                    domain=FUSED_DOMAIN, name="norm", check=_no_activation)
+        return p.any(p.Mul(norm, p.Sigmoid(norm)),
+                     p.op("SiluFused", norm, domain=FUSED_DOMAIN, name="silu", check=_plain_silu))
+
+    def rewrite(self, b: NodeBuilder, m: Match, facts):
+        norm = m.norm
+        return b.fused("GroupNormFused", *norm.inputs, groups=norm.attr("groups", 1),
+                       epsilon=norm.attr("epsilon", 1e-5), activation="silu")
+
+    def describe(self, m: Match, facts) -> str:
+        return f"SiLU after the GroupNorm of %{m.x.name}"
+
+
+def _no_activation(node: Node) -> str | None:
+    act = node.attr("activation", "")
+    return f"already ends with {act}" if act else None
+
+
+def _plain_silu(node: Node) -> str | None:
+    alpha = node.attr("alpha", 1.0)
+    return None if alpha == 1.0 else f"sigmoid scale alpha={alpha:g}: not SiLU"
+
+
+def emit_group_norm(b: NodeBuilder, x: Value, facts: GroupNormFacts) -> Value:
+    dtype = numpy_dtype(x.dtype or "float32")
+    weights = [None if v is None else b.const(v.astype(dtype), hint)
+               for v, hint in ((facts.gamma, "gamma"), (facts.beta, "beta"))]
+    if weights[1] is not None and weights[0] is None:
+        weights[0] = b.const(np.ones(len(facts.beta), dtype), "gamma")
+    while weights and weights[-1] is None:
+        weights.pop()
+    return b.fused("GroupNormFused", x, *weights, groups=facts.groups, epsilon=facts.epsilon)
+
+
+def _shape(shape) -> str:
+    return "unknown" if shape is None else str(list(shape))

@@ -1,0 +1,34 @@
+"""transpose_through_reshape: SDPA's transpose of K on a [B·H, S, D] view becomes one 4-D
+transpose, proved on symbolic shapes or, where a dim is unknown, by the element count."""
+
+from __future__ import annotations
+
+from onnxopt.normalize.transpose_through_reshape import transpose_through_reshape
+
+T = transpose_through_reshape
+CHAIN = """
+g (float[{b}, 2, 6, 4] K) => (float[{b}, 2, 4, 6] Y) <int64[3] merge = {{{merge}}},
+                                                       int64[4] split = {{{split}}}> {{
+  flat = Reshape (K, merge)
+  t = Transpose <perm = [0, 2, 1]> (flat)
+  Y = Reshape (t, split)
+}}"""
+
+
+def test_a_transpose_on_the_merged_view_is_a_transpose_of_the_tensor(check):
+    result = check(CHAIN.format(b="batch", merge="-1, 6, 4", split="-1, 2, 4, 6"), T)
+    assert result.ops == ["Transpose"]
+    assert result.node("Transpose").attr("perm") == (0, 1, 3, 2)
+
+
+def test_an_unknown_batch_is_proved_by_the_element_count(check):
+    """float16 conversions drop the batch symbol: the -1 targets with every other dim a
+    number still fix the merged and split axes."""
+    result = check(CHAIN.format(b="?", merge="-1, 6, 4", split="-1, 2, 4, 6"), T)
+    assert result.ops == ["Transpose"]
+
+
+def test_a_split_that_is_not_the_merged_prefix_stays(check):
+    text = CHAIN.format(b="?", merge="-1, 6, 4", split="-1, 4, 2, 6").replace(
+        "float[?, 2, 4, 6] Y", "float[?, 4, 2, 6] Y")
+    assert check(text, T).unchanged
