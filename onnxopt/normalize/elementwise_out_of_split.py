@@ -15,7 +15,10 @@ The merged operand is exact: merging axes ``a, a+1`` is row-major, so merged ind
 is only reshaped (a new constant of the same bytes); where it is 1 along ``a`` and full along
 ``a+1`` (per window, the same for every batch), it is reshaped to the ``n`` windows and tiled
 ``a``'s size times — a ``Tile`` whose repeats read that size from the shape at run time
-when it is symbolic. Other operands (computed ones, partial broadcasts) stay where they are.
+when it is symbolic. A computed operand of known static shape (TorchScript builds Swin's mask
+from constants with ops that are not folded, since folding would store a larger tensor) is
+merged the same way by a ``Reshape`` node instead of a new constant. Other operands (unknown
+shapes, partial broadcasts) stay where they are.
 """
 
 from __future__ import annotations
@@ -52,13 +55,13 @@ def elementwise_out_of_split(model: Model) -> int:
         if found is None or merge.output in graph.output_set():
             continue
         x, m = found
-        arr = _laid_out(m, x, axis)
-        if arr is None:
+        layout = _laid_out(m, x, axis)
+        if layout is None:
             continue
         inner = new_node(graph, "Reshape", [x, merge.input(1)], before=merge,
                          created_by=NAME, attrs=dict(merge.attrs), dtype=x.dtype,
                          shape=merge.output.shape)
-        merged = _merged_operand(graph, merge, arr, m, x, inner.output, axis)
+        merged = _merged_operand(graph, merge, layout, m, x, inner.output, axis)
         moved = new_node(graph, op.op_type, [inner.output, merged], before=merge,
                          created_by=NAME, dtype=merge.output.dtype, shape=merge.output.shape)
         graph.replace_all_uses(merge.output, moved.output)
@@ -87,46 +90,63 @@ def merged_axis(split, merged) -> int | None:
     return None
 
 
+def _static_shape(m: Value) -> tuple[int, ...] | None:
+    """The operand's shape: a constant's, or a computed value's when every dim is a number."""
+    if m.const is not None:
+        return tuple(m.const.shape)
+    if m.shape is not None and all(isinstance(d, int) and d >= 0 for d in m.shape):
+        return tuple(m.shape)
+    return None
+
+
 def _operands(op: Node) -> tuple[Value, Value] | None:
-    """(the view, the constant) when one operand is the full-shaped view and the other a
-    constant that broadcasts into it without enlarging it."""
+    """(the view, the operand) when one operand is the full-shaped view and the other a
+    constant, or a value of static shape, that broadcasts into it without enlarging it."""
     out = op.output.shape
     for i in (0, 1):
         x, m = op.inputs[i], op.inputs[1 - i]
-        if x is None or m is None or m.const is None or x.const is not None:
+        if x is None or m is None or x.const is not None or m.const is None and m is x:
             continue
-        if x.shape is None or len(x.shape) != len(out) or x.dtype != m.dtype:
+        mshape = _static_shape(m)
+        if mshape is None or x.shape is None or len(x.shape) != len(out) or x.dtype != m.dtype:
             continue
-        if len(m.const.shape) > len(out):
+        if len(mshape) > len(out):
             continue
-        dims = (1,) * (len(out) - len(m.const.shape)) + tuple(m.const.shape)
-        # The view keeps its shape where the constant is 1 or equally long: no enlarging.
+        dims = (1,) * (len(out) - len(mshape)) + mshape
+        # The view keeps its shape where the operand is 1 or equally long: no enlarging.
         if all(d == 1 or sd.same(x_dim, d) for x_dim, d in zip(x.shape, dims)):
             return x, m
     return None
 
 
-def _laid_out(m: Value, x: Value, a: int) -> np.ndarray | None:
-    """``m``'s numbers at ``x``'s rank, when they merge along ``a, a+1`` (see the docstring)."""
-    arr = small_constant(m)
-    if arr is None:
+def _laid_out(m: Value, x: Value, a: int) -> tuple[int, ...] | None:
+    """``m``'s shape at ``x``'s rank, when it merges along ``a, a+1`` (see the docstring)."""
+    mshape = _static_shape(m)
+    if mshape is None or (m.const is not None and small_constant(m) is None):
         return None
     shape = x.shape
-    arr = arr.reshape((1,) * (len(shape) - arr.ndim) + arr.shape)
-    ma, mb = arr.shape[a], arr.shape[a + 1]
+    layout = (1,) * (len(shape) - len(mshape)) + mshape
+    ma, mb = layout[a], layout[a + 1]
     if (ma, mb) == (1, 1) or (sd.same(ma, shape[a]) and sd.same(mb, shape[a + 1])):
-        return arr
+        return layout
     if ma == 1 and sd.same(mb, shape[a + 1]):
-        return arr  # per window: tiled
+        return layout  # per window: tiled
     return None  # a broadcast along the second axis only: not a plain merge
 
 
-def _merged_operand(graph: Graph, merge: Node, arr: np.ndarray, m: Value, x: Value,
+def _merged_operand(graph: Graph, merge: Node, layout: tuple[int, ...], m: Value, x: Value,
                     merged_view: Value, a: int) -> Value:
     shape = x.shape
-    ma, mb = arr.shape[a], arr.shape[a + 1]
-    head, tail = arr.shape[:a], arr.shape[a + 2:]
-    merged = _constant(graph, arr.reshape(head + (ma * mb,) + tail), m)
+    ma, mb = layout[a], layout[a + 1]
+    head, tail = layout[:a], layout[a + 2:]
+    target = head + (ma * mb,) + tail
+    if m.const is not None:
+        merged = _constant(graph, small_constant(m).reshape(target), m)
+    else:
+        to = graph.add_constant(LazyTensor.from_array(np.array(target, np.int64)),
+                                hint=f"{NAME}/operand_shape")
+        merged = new_node(graph, "Reshape", [m, to], before=merge, created_by=NAME,
+                          dtype=m.dtype, shape=target).output
     if ma == mb == 1 or ma != 1 or sd.same(shape[a], 1):
         return merged
     repeats = _repeats(graph, merge, merged_view, a, mb, len(shape) - 1)

@@ -4,7 +4,9 @@ Why: exporters wrap values in operations that compute nothing — TorchScript's
 ``Identity`` on every parameter alias, ``Dropout`` left in an inference graph,
 ``Cast`` to the type a value already has, ``Mul`` by 1 from a folded scale,
 ``Reshape``/``Expand`` to the shape the value already has, ``Unsqueeze`` undone
-by ``Squeeze``. Each is a node a pattern would have to step over; removed, the
+by ``Squeeze``, ``Pad`` by zero (Swin pads to a multiple of its window with amounts
+computed from the shape, which fold to zeros when the size already is one; the
+padded value's shape would otherwise be unknown to everything after it). Each is a node a pattern would have to step over; removed, the
 graph says what it means.
 
 Each check below returns the value the node's output is equal to, or ``None``.
@@ -194,6 +196,15 @@ def _unsqueeze(node: Node) -> Value | None:
     return x if a is not None and a == b else None
 
 
+def _pad(node: Node) -> Value | None:
+    """Pad by zero on every side, whatever the mode (the IR gives every opset's pads as an
+    input)."""
+    pads = small_constant(node.input(1), 1 << 10) if node.input(1) is not None else None
+    if pads is None or pads.dtype.kind not in "iu" or np.any(pads != 0):
+        return None
+    return node.inputs[0]
+
+
 def _where(node: Node) -> Value | None:
     cond = small_constant(node.input(0), 1 << 20)
     if cond is None or cond.dtype != np.bool_ or len(node.inputs) != 3:
@@ -222,4 +233,5 @@ _CHECKS: dict[str, Callable[[Node], Value | None]] = {
     "Squeeze": _squeeze,
     "Unsqueeze": _unsqueeze,
     "Where": _where,
+    "Pad": _pad,
 }

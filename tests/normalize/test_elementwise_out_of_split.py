@@ -70,3 +70,15 @@ def test_merged_axis_finds_the_pair():
     assert merged_axis((2, None, 4), (2, 12)) is None
     assert merged_axis((None, 3, 4), (None, 4)) == 0  # the element count fixes it
     assert merged_axis((None, 3, "s"), (None, "s")) is None  # "s" may be 0 at run time
+
+
+def test_a_computed_mask_of_static_shape_moves_out_through_a_reshape(check):
+    """TorchScript builds Swin's mask from constants with ops that are not folded (folding
+    would store a larger tensor): the mask is merged by a Reshape node."""
+    text = _text((1, 3, 1, 4, 4)).replace(
+        "masked = Add (scaled, m)", "mm = Sin (m)\n    masked = Add (scaled, mm)")
+    result = check(text, _normalize, dim=2)
+    assert result.changes and "Tile" in result.ops and "Sin" in result.ops
+    reshapes = [n for n in result.model.graph if n.op_type == "Reshape"]
+    assert sorted(r.inputs[0].producer.op_type if r.inputs[0].producer else "x"
+                  for r in reshapes) == ["Sin", "x"]  # the mask's, and the scores' one

@@ -220,3 +220,24 @@ def test_reshape_to_its_own_shape_with_an_unknown_dim(check, target, last, gone)
     text = RESHAPE_TO_ITSELF.format(target=target, last=last)
     result = check(text, remove_noops, run=last != "S")
     assert ("Reshape" not in result.ops) == gone
+
+
+@pytest.mark.parametrize("mode", ["constant", "reflect", "edge"])
+def test_pad_by_zero_is_removed_in_any_mode(check, mode):
+    result = check(f"""
+    g (float[b, 4, h] X) => (float[b, 4, h] Y) {{
+      pads = Constant <value = int64[6] {{0, 0, 0, 0, 0, 0}}> ()
+      p = Pad <mode = "{mode}"> (X, pads)
+      Y = Neg(p)
+    }}""", remove_noops)
+    assert result.ops == ["Neg"]
+
+
+def test_pad_by_something_stays(check):
+    result = check("""
+    g (float[b, 4, 5] X) => (float[b, 4, 6] Y) {
+      pads = Constant <value = int64[6] {0, 0, 0, 0, 0, 1}> ()
+      p = Pad (X, pads)
+      Y = Neg(p)
+    }""", remove_noops)
+    assert result.unchanged

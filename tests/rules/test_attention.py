@@ -236,8 +236,9 @@ def test_gemma2_soft_capped_attention_fuses_and_computes_the_same(models_dir):
     assert verify_models(path, result.proto, runs=3).ok
 
 
-def test_swin_shifted_window_attention_fuses_with_its_per_window_mask(models_dir):
-    path = str(models_dir / "swin.dynamo.onnx")
+@pytest.mark.parametrize("exporter", ["dynamo", "ts"])
+def test_swin_shifted_window_attention_fuses_with_its_per_window_mask(models_dir, exporter):
+    path = str(models_dir / f"swin.{exporter}.onnx")
     result, regions = _explain(path)
     assert [r.status for r in regions] == ["fused", "fused"]
     assert "mask additive" in regions[1].detail
