@@ -107,6 +107,19 @@ def scalar_operand(node: Node) -> tuple[int, float] | None:
     return None
 
 
+def square_of(value: Value) -> Value | None:
+    """``v`` when ``value`` is ``v·v`` or ``Pow(v, 2)`` (an exponent that broadcasts nothing)."""
+    node = value.producer
+    if not is_op(node, "Mul", "Pow") or len(node.inputs) != 2 or None in node.inputs:
+        return None
+    base, other = node.inputs
+    if node.op_type == "Mul":
+        return base if other is base else None
+    if scalar_constant(other) != 2 or base.rank is None or len(other.shape or ()) > base.rank:
+        return None
+    return base
+
+
 def known_shape(shape: Shape) -> bool:
     """Every dimension is an int or a symbol (none unknown)."""
     return shape is not None and all(d is not None for d in shape)

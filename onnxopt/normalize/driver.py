@@ -13,14 +13,18 @@ from collections.abc import Callable
 from onnxopt.ir.model import Model
 from onnxopt.ir.verifier import verify_graph
 from onnxopt.normalize.canonical_scale import canonical_scale
+from onnxopt.normalize.centered_shift import centered_shift
+from onnxopt.normalize.centered_variance import centered_variance
 from onnxopt.normalize.commutative_order import commutative_order
 from onnxopt.normalize.constant_reshape_target import constant_reshape_target
+from onnxopt.normalize.cubic_factored import cubic_factored
 from onnxopt.normalize.elementwise_out_of_split import elementwise_out_of_split
 from onnxopt.normalize.eliminate_common_subexpressions import eliminate_common_subexpressions
 from onnxopt.normalize.eliminate_dead_code import eliminate_dead_code
 from onnxopt.normalize.fold_constants import fold_constants
 from onnxopt.normalize.merge_reshapes import merge_reshapes
 from onnxopt.normalize.remove_noops import remove_noops
+from onnxopt.normalize.rstd_canonical import rstd_canonical
 from onnxopt.normalize.scale_through_layout import scale_through_layout
 from onnxopt.normalize.softmax_canonical import softmax_canonical
 from onnxopt.normalize.transpose_into_matmul import transpose_into_matmul
@@ -49,6 +53,10 @@ PASSES: list[tuple[str, Pass]] = [
     ("transpose_into_matmul", transpose_into_matmul),
     ("softmax_canonical", softmax_canonical),
     ("where_to_additive", where_to_additive),
+    ("centered_variance", centered_variance),
+    ("centered_shift", centered_shift),
+    ("rstd_canonical", rstd_canonical),
+    ("cubic_factored", cubic_factored),
 ]
 
 
