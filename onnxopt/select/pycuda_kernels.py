@@ -13,6 +13,7 @@ CPU and a CUDA kernel in ``onnxopt.runtime.ops``).
 | pycuda.flash_attention_f32 | AttentionFused | float32 (CUDA cores) | FlashAttention |
 | pycuda.layer_norm | LayerNormFused | float16, bfloat16, float32 | LayerNorm |
 | pycuda.rms_norm | RMSNormFused | float16, bfloat16, float32 | RMSNorm |
+| pycuda.group_norm | GroupNormFused | float16, bfloat16, float32 | GroupNorm |
 | pycuda.bias_gelu | GeluFused | float16, bfloat16, float32 | BiasGelu |
 | pycuda.swiglu | SwiGLUFused | float16, bfloat16, float32 | SwiGLU |
 
@@ -304,6 +305,56 @@ def _trim(inputs: list) -> list:
     return inputs
 
 
+# --- group norm ----------------------------------------------------------------------------------
+
+_GROUP_INPUTS = {1: "gamma", 2: "beta"}
+
+
+def _group_norm_requires(node: Node, target: Target) -> str | None:
+    """X [N, C, ...] with C static and a multiple of ``groups``, gamma/beta [C] in X's dtype.
+    A group whose size is known only at run time (symbolic spatial dims) is accepted: the
+    kernel's limit is 2^30 elements per group, and the launch refuses a larger one."""
+    x = node.inputs[0]
+    activation = node.attr("activation", "")
+    if activation not in _meta("group_norm")["activations"]:
+        return f"applies the activation {activation!r}; the kernel applies none or 'silu'"
+    if (reason := _same_dtype(node, _GROUP_INPUTS, x.dtype)):
+        return reason
+    if x.shape is None or len(x.shape) < 2:
+        return f"%{x.name}: the shape is unknown or below rank 2; the kernel takes [N, C, ...]"
+    channels = x.shape[1]
+    if not isinstance(channels, int):
+        return f"%{x.name}: the channel count {channels} is not static"
+    groups = int(node.attr("groups", 1))
+    if groups <= 0 or channels % groups:
+        return f"%{x.name}: {channels} channels do not split into {groups} groups"
+    for index, name in _GROUP_INPUTS.items():
+        value = node.input(index)
+        if value is not None and (value.shape is None
+                                  or _shape_differs(value.shape, (channels,))):
+            shape = list(value.shape) if value.shape is not None else "unknown"
+            return (f"%{value.name}: {name} has shape {shape}; the kernel takes one value per "
+                    f"channel ([{channels}])")
+    spatial = x.shape[2:]
+    if all(isinstance(d, int) for d in spatial):
+        group = channels // groups * int(np.prod(spatial, dtype=np.int64))
+        if (reason := norms.group_size_reason(group)):
+            return f"%{x.name}: {reason}"
+    batch, limit = x.shape[0], _meta("group_norm")["max_blocks"]
+    if isinstance(batch, int) and batch * groups > limit:
+        return (f"%{x.name}: {batch * groups} blocks (batch x groups), more than the {limit} "
+                "a grid holds")
+    return None
+
+
+def _emit_group_norm(b, node: Node, target: Target) -> list:
+    inputs = _trim([node.inputs[0], node.input(1), node.input(2)])
+    out = b.op("GroupNorm", *inputs, domain=DOMAIN, groups=int(node.attr("groups", 1)),
+               epsilon=float(node.attr("epsilon", 1e-5)),
+               activation=str(node.attr("activation", "")))
+    return [out]
+
+
 # --- activations ---------------------------------------------------------------------------------
 
 
@@ -354,6 +405,7 @@ HOOKS: dict[str, Hook] = {
     "FlashAttention": (_attention_requires, _emit_attention),
     "LayerNorm": (_norm_requires, _emit_norm("LayerNorm")),
     "RMSNorm": (_norm_requires, _emit_norm("RMSNorm")),
+    "GroupNorm": (_group_norm_requires, _emit_group_norm),
     "BiasGelu": (_gelu_requires, _emit_gelu),
     "SwiGLU": (_swiglu_requires, _emit_swiglu),
 }
@@ -368,7 +420,8 @@ def pycuda_kernels() -> list[Kernel]:
         reason = (f"the CUDA kernels' metadata cannot be read ({error}); "
                   "set ONNXOPT_KERNELS_DIR to the kernels/ folder")
         ops = {"AttentionFused": "FlashAttention", "LayerNormFused": "LayerNorm",
-               "RMSNormFused": "RMSNorm", "GeluFused": "BiasGelu", "SwiGLUFused": "SwiGLU"}
+               "RMSNormFused": "RMSNorm", "GroupNormFused": "GroupNorm",
+               "GeluFused": "BiasGelu", "SwiGLUFused": "SwiGLU"}
         return [PyCudaKernel(name=f"pycuda.{op.lower()}", implements=fused, backend="pycuda",
                              emit=_emit_attention, providers=CUDA_ONLY, op=op, cost=0.5,
                              requires=lambda node, target: reason)

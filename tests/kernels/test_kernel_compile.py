@@ -2,10 +2,10 @@
 point without register spills; a single specialisation compiles alone (the guard defines);
 and the compile cache keys on what it should.
 
-Build time: the full set (3 families x sm_80, sm_86, sm_89, sm_90 + compute_90 PTX, 58 entry
+Build time: the full set (4 families x sm_80, sm_86, sm_89, sm_90 + compute_90 PTX, 70 entry
 points each) is built once per test session into a temporary folder, as many nvcc processes
-at a time as there are CPUs (about 65 s on 2 cores); the single-specialisation test compiles
-a representative subset (one entry per kernel kind and head-dim extreme) instead of all 58.
+at a time as there are CPUs (about 70 s on 2 cores); the single-specialisation test compiles
+a representative subset (one entry per kernel kind and head-dim extreme) instead of all 70.
 """
 
 from __future__ import annotations
@@ -24,7 +24,8 @@ pytestmark = pytest.mark.skipif(compiler.find_nvcc() is None, reason="nvcc not f
 def threads_per_block(family: str, v: dict) -> int:
     if family == "flash_attention":
         return 32 * v["WARPS"]
-    return 1024 if family == "layer_norm" else 256  # the __launch_bounds__ of the entry
+    # the __launch_bounds__ of the entry
+    return 1024 if family in ("layer_norm", "group_norm") else 256
 
 
 def test_images_exist_for_every_family_and_target(built_images):
@@ -55,7 +56,7 @@ def test_every_entry_point_compiles_without_spills(built_images, family, arch):
 
 
 SUBSET = ["fa_tc_f16_d32_bm64_bn64", "fa_tc_bf16_d256_bm128_bn32", "fa_simt_f32_d256_bm16_bn32",
-          "ln_bf16_v8", "gelu_f16_v8", "swiglu_f32_v1"]
+          "ln_bf16_v8", "gn_f16_v8", "gn_bf16_v1_stream", "gelu_f16_v8", "swiglu_f32_v1"]
 
 
 @pytest.fixture(scope="module")

@@ -1,5 +1,6 @@
 """Every kernel against the float64 NumPy reference on a GPU: every attention specialisation at
-two head sizes of its bucket, every mask kind (left/right padding as key ranges, additive bias
+two head sizes of its bucket, GroupNorm held in registers and streamed (with and without
+gamma/beta/SiLU, ranks 2 to 5), every mask kind (left/right padding as key ranges, additive bias
 with -inf, causal with Sq != Skv and with an explicit offset), ragged shapes (lengths that are
 not multiples of the tile), GQA, fully masked rows, misaligned pointers (scalar fallbacks). Outputs are poisoned with NaN before each launch and followed by a
 poisoned guard that must survive (no out-of-bounds writes)."""
@@ -216,6 +217,85 @@ def test_norm_misaligned_pointers_use_the_scalar_path(dev, dtype):
     got = dev.from_host(dev.download(y_p, (rows, hidden), x.dtype), dtype)
     assert np.abs(got - want).max() <= EW_TOL[dtype] * max(1.0, np.abs(want).max())
     assert dev.guard_intact(y_p, rows * hidden * 2)
+
+
+# --- GroupNorm -------------------------------------------------------------------------------------
+
+# (shape, groups): the register-held group (vectorised and scalar), the streamed group
+# (vectorised and scalar), rank 2 and rank 5, a group of exactly the register limit.
+GROUP_NORM_SHAPES = [
+    ((2, 64, 16, 16), 32),  # 2 channels x 256 per group
+    ((1, 128, 64, 64), 32),  # 16384 per group: SD's 128-channel blocks
+    ((1, 32, 64, 64), 4),  # 8 x 4096 = 32768 per group: the register limit (VEC 8 / 4)
+    ((1, 320, 64, 64), 32),  # 40960 per group: streamed
+    ((3, 12, 7, 7), 4),  # 49 positions: scalar, in registers
+    ((1, 4, 99, 101), 1),  # 39996 per group, odd positions: scalar, streamed
+    ((5, 16), 4),  # rank 2: one position per channel
+    ((2, 32, 8, 4, 6), 8),  # rank 5
+]
+AFFINE = [("none", False), ("gamma+beta", True), ("gamma", False), ("beta", True)]
+
+
+def run_group_norm(dev, dtype, shape, groups, affine="gamma+beta", silu=True, *, offset=0,
+                   loc=3.0, scale=2.0, seed=0):
+    rng = np.random.default_rng(seed)
+    c = shape[1]
+    x = dev.to_host(rng.standard_normal(shape) * scale + loc, dtype)
+    g = dev.to_host(rng.standard_normal(c), dtype) if "gamma" in affine else None
+    bt = dev.to_host(rng.standard_normal(c) * 0.5, dtype) if "beta" in affine else None
+    nbytes = x.size * ESIZE[dtype]
+    x_p = dev.upload(x, offset=offset)
+    g_p, b_p = (0 if t is None else dev.upload(t) for t in (g, bt))
+    y_p = dev.poisoned(nbytes, offset=offset)
+    spatial = int(np.prod(shape[2:], dtype=np.int64))
+    activation = "silu" if silu else ""
+    k.group_norm(x_p, g_p, b_p, y_p, shape[0], c, spatial, groups, 1e-5, activation, dtype, 0)
+    pyc.synchronize()
+    assert dev.guard_intact(y_p, nbytes), "write past the end of Y"
+    want = ref.group_norm(dev.from_host(x, dtype),
+                          None if g is None else dev.from_host(g, dtype),
+                          None if bt is None else dev.from_host(bt, dtype),
+                          groups=groups, eps=1e-5, activation=activation)
+    got = dev.from_host(dev.download(y_p, shape, x.dtype), dtype)
+    assert not np.isnan(got).any(), "an output element was never written"
+    return got, want
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+@pytest.mark.parametrize(("shape", "groups"), GROUP_NORM_SHAPES)
+@pytest.mark.parametrize(("affine", "silu"), AFFINE, ids=[f"{a}-{'silu' if s else 'plain'}"
+                                                          for a, s in AFFINE])
+def test_group_norm_matches_reference(dev, dtype, shape, groups, affine, silu):
+    got, want = run_group_norm(dev, dtype, shape, groups, affine, silu, seed=sum(shape))
+    err = np.abs(got - want).max() / max(1.0, np.abs(want).max())
+    assert err <= EW_TOL[dtype], err
+
+
+@pytest.mark.parametrize(("shape", "groups"), [((2, 64, 16, 16), 32), ((1, 320, 64, 64), 32)],
+                         ids=["registers", "streamed"])
+def test_group_norm_statistics_survive_a_large_mean(dev, shape, groups):
+    """x = 1000 + N(0, 1) in float32: E[x^2] - mean^2 would lose the variance to cancellation;
+    the kernel's mean-then-centred-variance passes keep it."""
+    got, want = run_group_norm(dev, "float32", shape, groups, "none", False, loc=1000.0,
+                               scale=1.0)
+    assert np.abs(got - want).max() <= 1e-3
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize(("shape", "groups"), [((2, 64, 16, 16), 32), ((1, 320, 64, 64), 32)],
+                         ids=["registers", "streamed"])
+def test_group_norm_misaligned_pointers_use_the_scalar_path(dev, dtype, shape, groups):
+    got, want = run_group_norm(dev, dtype, shape, groups, offset=2)
+    assert np.abs(got - want).max() <= EW_TOL[dtype] * max(1.0, np.abs(want).max())
+
+
+def test_group_norm_launch_errors(dev):
+    p = dev.upload(np.zeros(64, np.float16))
+    with pytest.raises(ValueError, match="6 channels do not split into 4 groups"):
+        k.group_norm(p, 0, 0, p, 1, 6, 4, 4)
+    with pytest.raises(ValueError, match="activation"):
+        k.group_norm(p, 0, 0, p, 1, 8, 4, 4, activation="relu")
+    k.group_norm(p, 0, 0, p, 0, 8, 4, 4)  # an empty batch launches nothing
 
 
 # --- activations ---------------------------------------------------------------------------------

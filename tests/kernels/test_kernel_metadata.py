@@ -55,6 +55,12 @@ def test_norm_and_activation_variants_match_their_instantiation():
     for v in metadata.variants("layer_norm"):
         _, cu_type, vec, maxit = src[v["entry"]]
         assert (CU_TYPES[cu_type], int(vec), int(maxit)) == (v["dtype"], v["VEC"], v["MAXIT"])
+    src = entries_in_source("group_norm")
+    for v in metadata.variants("group_norm"):
+        macro, cu_type, vec, maxit = src[v["entry"]]
+        assert macro == "GN_ENTRY"
+        assert (CU_TYPES[cu_type], int(vec), int(maxit)) == (v["dtype"], v["VEC"], v["MAXIT"])
+        assert v["entry"].endswith("_stream") == (v["MAXIT"] == 0)
     src = entries_in_source("activations")
     for v in metadata.variants("activations"):
         macro, cu_type, vec = src[v["entry"]]
@@ -128,6 +134,8 @@ def test_parameter_lists_are_the_declared_ones():
     assert got == metadata.params("flash_attention")
     text = metadata.source_path("layer_norm").read_text()
     assert _signature(text, "LN_ENTRY(NAME, TYPE, VEC, MAXIT)") == metadata.params("layer_norm")
+    text = metadata.source_path("group_norm").read_text()
+    assert _signature(text, "GN_ENTRY(NAME, TYPE, VEC, MAXIT)") == metadata.params("group_norm")
     text = metadata.source_path("activations").read_text()
     for op, macro in (("gelu", "GELU_ENTRY(NAME, TYPE, VEC)"),
                       ("swiglu", "SWIGLU_ENTRY(NAME, TYPE, VEC)")):
@@ -147,6 +155,21 @@ def test_layer_norm_max_hidden_covers_8192():
     meta = metadata.load("layer_norm")
     for v in metadata.variants("layer_norm"):
         assert metadata.evaluate(meta["max_hidden"], v) >= 8192, v["entry"]
+
+
+def test_group_norm_holds_a_group_of_32768_in_registers_when_vectorised():
+    """16384 elements per group (SD-style 128 channels / 32 groups at 64 x 64) and 32768 stay in
+    registers; every dtype has a cached and a streaming variant per vector width."""
+    meta = metadata.load("group_norm")
+    cached = {}
+    for v in metadata.variants("group_norm"):
+        if v["MAXIT"]:
+            cached[(v["dtype"], v["VEC"])] = metadata.evaluate(meta["max_cached_group"], v)
+    assert cached == {("float32", 4): 32768, ("float32", 1): 8192, ("float16", 8): 32768,
+                      ("float16", 1): 8192, ("bfloat16", 8): 32768, ("bfloat16", 1): 8192}
+    streamed = {(v["dtype"], v["VEC"]) for v in metadata.variants("group_norm") if not v["MAXIT"]}
+    assert streamed == set(cached)
+    assert meta["max_group"] == 2**30 and meta["activations"] == {"": 0, "silu": 1}
 
 
 def test_formula_evaluator_is_arithmetic_only():
@@ -267,6 +290,35 @@ def test_norm_selection_vectorises_when_aligned():
     assert v["VEC"] == 4 and threads == 1024
     with pytest.raises(ValueError, match="maximum"):
         norms.select_variant("float32", 8193, 0x1000)  # only the scalar path fits 8193 % 4 != 0
+
+
+@pytest.mark.parametrize("dtype, group, spatial, ptr, entry, threads", [
+    ("float16", 4 * 4096, 4096, 0x1000, "gn_f16_v8", 1024),  # 128 ch / 32 groups at 64 x 64
+    ("bfloat16", 32768, 4096, 0x1000, "gn_bf16_v8", 1024),  # the register limit exactly
+    ("bfloat16", 32776, 4097 * 8, 0x1000, "gn_bf16_v8_stream", 1024),  # just above it
+    ("float16", 10 * 4096, 4096, 0x1000, "gn_f16_v8_stream", 1024),  # 320 ch / 32 at 64 x 64
+    ("float16", 4 * 4096, 4096, 0x1002, "gn_f16_v1_stream", 1024),  # misaligned: scalar
+    ("float16", 8 * 1024, 1024, 0x1002, "gn_f16_v1", 1024),  # scalar, 8 per thread
+    ("float32", 40 * 64, 64, 0x1000, "gn_f32_v4", 320),  # 1280 ch / 32 at 8 x 8
+    ("float32", 4 * 49, 49, 0x1000, "gn_f32_v1", 128),  # 7 x 7: no vector fits a channel
+    ("float16", 4 * 12, 12, 0x1000, "gn_f16_v1", 32),  # 12 % 8 != 0
+    ("fp32", 2, 1, 0x1000, "gn_f32_v1", 32),  # rank 2: one position per channel
+    ("float32", 2**30, 2**20, 0x1000, "gn_f32_v4_stream", 1024),
+])
+def test_group_norm_selection(dtype, group, spatial, ptr, entry, threads):
+    v, got_threads = norms.select_group_variant(dtype, group, spatial, ptr, 0x2000)
+    assert (v["entry"], got_threads) == (entry, threads)
+    if v["MAXIT"]:
+        assert -(-group // v["VEC"] // threads) <= v["MAXIT"]
+    assert group % v["VEC"] == 0 and spatial % v["VEC"] == 0
+
+
+def test_group_norm_selection_refuses_a_group_above_the_limit():
+    with pytest.raises(ValueError, match="a group holds 1073741825 elements, above the kernel's "
+                                         "limit of 1073741824"):
+        norms.select_group_variant("float32", 2**30 + 1, 2**30 + 1, 0x1000)
+    with pytest.raises(ValueError, match="dtype"):
+        norms.select_group_variant("int8", 64, 64, 0x1000)
 
 
 def test_activation_selection():

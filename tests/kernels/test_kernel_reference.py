@@ -223,6 +223,109 @@ def test_rms_norm_reference():
         np.testing.assert_allclose(y[i], x[i] / rms * g, rtol=1e-12)
 
 
+@pytest.mark.parametrize("shape, groups", [((2, 6, 3, 5), 3), ((1, 4), 2), ((3, 8, 2, 2, 3), 1)])
+@pytest.mark.parametrize("activation", ["", "silu"])
+def test_group_norm_reference(shape, groups, activation):
+    """Against the formula spelled out per (n, group), and against the fused op's own NumPy
+    definition (onnxopt.ops.group_norm), which the custom op must implement."""
+    from onnxopt.ops.group_norm import reference_group_norm
+
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal(shape) * 3 + 7
+    c = shape[1]
+    g, b = rng.standard_normal(c), rng.standard_normal(c)
+    y = ref.group_norm(x, g, b, groups=groups, eps=1e-5, activation=activation)
+    cg = c // groups
+    for n in range(shape[0]):
+        for grp in range(groups):
+            block = x[n, grp * cg:(grp + 1) * cg]
+            values = list(block.reshape(-1))
+            mu = sum(values) / len(values)
+            var = sum((e - mu) ** 2 for e in values) / len(values)
+            for j in range(cg):
+                ch = grp * cg + j
+                want = (x[n, ch] - mu) / math.sqrt(var + 1e-5) * g[ch] + b[ch]
+                if activation:
+                    want = want / (1 + np.exp(-want))
+                np.testing.assert_allclose(y[n, ch], want, rtol=1e-12, atol=1e-12)
+    fused = reference_group_norm(x, g, b, groups=groups, epsilon=1e-5, activation=activation)
+    np.testing.assert_allclose(y, fused, rtol=1e-12, atol=1e-12)
+    plain = ref.group_norm(x, groups=groups)
+    np.testing.assert_allclose(plain, reference_group_norm(x, groups=groups), rtol=1e-12,
+                               atol=1e-12)
+
+
+def replay_group_norm(x, gamma, beta, groups, eps, activation, dtype, ptr=0x1000):
+    """kernels/group_norm.cu's indexing and arithmetic order in float32 NumPy: one block per
+    (n, group) at offset block * Cg * S, thread t owning vectors t, t + threads, ..., each
+    vector's channel from its first element; returns (y, how often each element was
+    written)."""
+    from onnxopt.runtime.cuda import norms
+
+    n, c = x.shape[:2]
+    spatial = int(np.prod(x.shape[2:], dtype=np.int64))
+    cg = c // groups
+    size = cg * spatial
+    v, threads = norms.select_group_variant(dtype, size, spatial, ptr)
+    vec, nvec = v["VEC"], size // v["VEC"]
+    if v["MAXIT"]:
+        assert -(-nvec // threads) <= v["MAXIT"]
+    flat = np.asarray(x, np.float32).reshape(-1)
+    out = np.full(flat.shape, np.nan, np.float32)
+    written = np.zeros(flat.shape, np.int64)
+    f32 = np.float32
+    for block in range(n * groups):
+        base, first = block * size, (block % groups) * cg
+        vectors = flat[base:base + size].reshape(nvec, vec)
+        total = sum(vectors[t::threads].sum(dtype=np.float32) for t in range(threads))
+        mean = f32(total) * (f32(1) / f32(size))
+        sq = sum(((vectors[t::threads] - mean) ** 2).sum(dtype=np.float32)
+                 for t in range(threads))
+        rstd = f32(1) / np.sqrt(f32(sq) * (f32(1) / f32(size)) + f32(eps))
+        e = np.arange(nvec) * vec
+        channel = first + e // spatial
+        assert ((e + vec - 1) // spatial == e // spatial).all(), "a vector crosses a channel"
+        scale = rstd * (np.ones(nvec, np.float32) if gamma is None else gamma[channel])
+        shift = np.zeros(nvec, np.float32) if beta is None else beta[channel]
+        y = (vectors - mean) * scale[:, None].astype(np.float32) + shift[:, None]
+        if activation == "silu":
+            y = y / (f32(1) + np.exp(-y))
+        out[base:base + size] = y.reshape(-1)
+        written[base:base + size] += 1
+    return out.reshape(x.shape), written
+
+
+@pytest.mark.parametrize("dtype, shape, groups, ptr, entry", [
+    ("float16", (2, 16, 8, 8), 4, 0x1000, "gn_f16_v8"),
+    ("float32", (1, 16, 64, 80), 2, 0x1000, "gn_f32_v4_stream"),  # 40960 per group
+    ("float16", (1, 4, 99, 101), 1, 0x1000, "gn_f16_v1_stream"),  # odd positions
+    ("bfloat16", (3, 6, 5), 3, 0x1002, "gn_bf16_v1"),  # misaligned
+    ("float32", (4, 12), 6, 0x1000, "gn_f32_v1"),  # rank 2: one position per channel
+])
+def test_group_norm_kernel_replay(dtype, shape, groups, ptr, entry):
+    from onnxopt.runtime.cuda import norms
+
+    spatial = int(np.prod(shape[2:], dtype=np.int64))
+    size = shape[1] // groups * spatial
+    assert norms.select_group_variant(dtype, size, spatial, ptr)[0]["entry"] == entry
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal(shape).astype(np.float32) * 2 + 3
+    g, b = (rng.standard_normal(shape[1]).astype(np.float32) for _ in range(2))
+    got, written = replay_group_norm(x, g, b, groups, 1e-5, "silu", dtype, ptr)
+    assert (written == 1).all(), "every element written exactly once"
+    want = ref.group_norm(x, g, b, groups=groups, eps=1e-5, activation="silu")
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_group_norm_reference_refuses_what_the_kernel_cannot_do():
+    x = np.zeros((1, 6, 2))
+    with pytest.raises(ValueError, match="6 channels do not split into 4 groups"):
+        ref.group_norm(x, groups=4)
+    with pytest.raises(ValueError, match="activation"):
+        ref.group_norm(x, groups=2, activation="gelu")
+    assert ref.group_norm(np.zeros((0, 6, 2)), groups=3).shape == (0, 6, 2)
+
+
 def test_gelu_reference():
     x = np.array([-3.0, -1.0, 0.0, 0.5, 1.0, 4.0])
     bias = np.array([0.0, 0.0, 0.0, 0.5, 0.0, 0.0])

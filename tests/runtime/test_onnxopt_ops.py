@@ -194,6 +194,58 @@ def test_layer_norm_with_residual_and_sum(dtype, onnx_type, tol):
     np.testing.assert_allclose(y2.astype(np.float64), want2, rtol=tol, atol=tol)
 
 
+GROUP_NORM = """
+g ({t}[N,8,H,W] x, {t}[8] g, {t}[8] b) => ({t}[N,8,H,W] y, {t}[N,8,H,W] z, {t}[N,8,H,W] w) {{
+  y = ai.onnxopt.cuda.GroupNorm <groups=4, epsilon=0.001, activation="silu"> (x, g, b)
+  z = ai.onnxopt.cuda.GroupNorm <groups=2> (x)
+  w = ai.onnxopt.cuda.GroupNorm <groups=8, activation=""> (x, , b)
+}}"""
+
+
+@pytest.mark.parametrize("dtype, onnx_type, tol", [(np.float16, "float16", 3e-3),
+                                                   (np.float32, "float", 1e-5)])
+def test_group_norm_cpu_kernel_is_the_fused_ops_definition(dtype, onnx_type, tol):
+    """The custom op's CPU kernel, through ORT, computes GroupNormFused as onnxopt.ops
+    defines it."""
+    from onnxopt.ops.group_norm import reference_group_norm
+
+    x = (rand(2, 8, 3, 5, dtype=np.float32) * 2 + 3).astype(dtype)
+    g, b = rand(8, dtype=dtype), rand(8, dtype=dtype)
+    y, z, w = run(GROUP_NORM.format(t=onnx_type), {"x": x, "g": g, "b": b})
+    assert y.dtype == z.dtype == w.dtype == x.dtype
+    f64 = {name: np.asarray(v, np.float64) for name, v in (("x", x), ("g", g), ("b", b))}
+    for got, kw in ((y, {"gamma": f64["g"], "beta": f64["b"], "groups": 4, "epsilon": 1e-3,
+                         "activation": "silu"}),
+                    (z, {"groups": 2}),
+                    (w, {"beta": f64["b"], "groups": 8})):
+        want = reference_group_norm(f64["x"], **kw)
+        np.testing.assert_allclose(got.astype(np.float64), want, rtol=tol, atol=tol)
+
+
+def test_group_norm_cpu_kernel_in_bfloat16():
+    """(ORT's Python API takes no bfloat16 arrays: the kernel function itself.)"""
+    from onnxopt.ops.group_norm import reference_group_norm
+
+    x = (rand(3, 16, 7, dtype=np.float32) * 4 - 1).astype(ml_dtypes.bfloat16)
+    g, b = rand(16, dtype=ml_dtypes.bfloat16), rand(16, dtype=ml_dtypes.bfloat16)
+    y = norm_ops.group_norm_cpu(x, g, b, groups=8, epsilon=1e-5, activation="silu")
+    assert y.dtype == ml_dtypes.bfloat16 and y.shape == x.shape
+    want = reference_group_norm(*(np.asarray(t, np.float64) for t in (x, g, b)), groups=8,
+                                activation="silu")
+    np.testing.assert_allclose(y.astype(np.float64), want, rtol=2e-2, atol=2e-2)
+
+
+def test_group_norm_shape_errors_are_ort_errors():
+    text = """g (float[2,6,4] x, float[4] g) => (float[2,6,4] y) {
+        y = ai.onnxopt.cuda.GroupNorm <groups=3> (x, g) }"""
+    with pytest.raises(Exception, match=r"gamma must be \[6\], got \[4\]"):
+        run(text, {"x": rand(2, 6, 4, dtype=np.float32), "g": rand(4, dtype=np.float32)})
+    text = """g (float[2,6,4] x) => (float[2,6,4] y) {
+        y = ai.onnxopt.cuda.GroupNorm <groups=4> (x) }"""
+    with pytest.raises(Exception, match="6 channels do not split into 4 groups"):
+        run(text, {"x": rand(2, 6, 4, dtype=np.float32)})
+
+
 def test_bias_gelu_and_swiglu():
     text = """
     g (float16[4,32] x, float16[32] bias, float16[4,32] up) => (float16[4,32] a, float16[4,32] b, float16[4,32] c) {
@@ -246,7 +298,7 @@ def test_cuda_attention_launches_on_orts_stream_with_every_mask_input(monkeypatc
 def test_cuda_norms_and_activations_pass_pointers_and_stream(monkeypatch):
     calls = {}
     for module, name in ((norm_ops, "layer_norm"), (norm_ops, "rms_norm"),
-                         (act_ops, "bias_gelu"), (act_ops, "swiglu")):
+                         (norm_ops, "group_norm"), (act_ops, "bias_gelu"), (act_ops, "swiglu")):
         monkeypatch.setattr(module, name, lambda *a, _n=name, **k: calls.setdefault(_n, (a, k)))
     x, g, r = device((2, 3, 64), np.float32, 0x10), device((64,), np.float32, 0x20), \
         device((2, 3, 64), np.float32, 0x30)
@@ -258,6 +310,14 @@ def test_cuda_norms_and_activations_pass_pointers_and_stream(monkeypatch):
     norm_ops.rms_norm_cuda(ctx, x, g, out=(y, None), epsilon=1e-6)
     assert calls["rms_norm"] == ((0x10, 0x20, 0x40, 6, 64, 1e-6, "float32", 7),
                                  {"residual_ptr": 0, "sum_out_ptr": 0})
+    xg, gg = device((2, 8, 4, 5), np.float32, 0x60), device((8,), np.float32, 0x70)
+    yg = device((2, 8, 4, 5), np.float32, 0x80)
+    norm_ops.group_norm_cuda(ctx, xg, gg, None, out=yg, groups=4, epsilon=1e-6,
+                             activation="silu")
+    assert calls["group_norm"] == ((0x60, 0x70, 0, 0x80, 2, 8, 20, 4, 1e-6, "silu", "float32",
+                                    7), {})
+    with pytest.raises(ValueError, match=r"beta must be \[8\], got \[64\]"):
+        norm_ops.group_norm_cuda(ctx, xg, gg, g, out=yg, groups=4)
     act_ops.bias_gelu_cuda(ctx, x, g, out=y, approximate="tanh")
     assert calls["bias_gelu"] == ((0x10, 0x20, 0x40, 6, 64, "tanh", "float32", 7), {})
     act_ops.swiglu_cuda(ctx, x, r, out=y)
@@ -316,6 +376,14 @@ def host_device(monkeypatch):
                 view(kw["sum_out_ptr"], (rows, hidden), dt)[...] = total
         return launch
 
+    def fake_group_norm(x, gamma, beta, y, batch, channels, spatial, groups, eps, activation,
+                        dtype, stream):
+        dt, shape = np.dtype(dtype), (batch, channels, spatial)
+        g = view(gamma, (channels,), dt) if gamma else None
+        b = view(beta, (channels,), dt) if beta else None
+        view(y, shape, dt)[...] = ref.group_norm(view(x, shape, dt), g, b, groups=groups,
+                                                 eps=eps, activation=activation)
+
     def fake_gelu(x, bias, y, rows, cols, approximate, dtype, stream):
         dt = np.dtype(dtype)
         b = view(bias, (cols,), dt) if bias else None
@@ -338,6 +406,7 @@ def host_device(monkeypatch):
 
     monkeypatch.setattr(norm_ops, "layer_norm", fake_norm(False))
     monkeypatch.setattr(norm_ops, "rms_norm", fake_norm(True))
+    monkeypatch.setattr(norm_ops, "group_norm", fake_group_norm)
     monkeypatch.setattr(act_ops, "bias_gelu", fake_gelu)
     monkeypatch.setattr(attn_ops, "flash_attention", fake_attention)
     return buffers
@@ -353,8 +422,10 @@ def test_staged_registry_runs_the_cuda_kernel_functions(host_device, models_dir)
     staged = staged_registry()
     assert {s.provider for s in staged.kernels()} == {CPU}
     gpt2 = onnx.load(str(models_dir / "gpt2.ts.onnx"))
+    diffusion = onnx.load(str(models_dir / "diffusion.ts.onnx"))  # GroupNorm
     attention = attention_model()
     for model, feeds in ((gpt2, make_inputs(gpt2, {"batch": 2, "other": 7})),
+                         (diffusion, make_inputs(diffusion, {"batch": 2})),
                          (attention, attention_feeds(attention, 2, 19, pad=(0, 5)))):
         optimized = run_pipeline(model, OptimizeOptions(target="cuda")).proto
         TIMES.reset()

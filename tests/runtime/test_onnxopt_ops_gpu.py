@@ -144,6 +144,24 @@ def test_norms_and_activations_against_cpu_kernels(dev, stream, dtype):
     close(dev.get(y4), act_ops.swiglu_cpu(x, r), dtype)
 
 
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32"])
+@pytest.mark.parametrize("shape, groups", [((2, 64, 16, 16), 32), ((1, 320, 64, 64), 32),
+                                           ((3, 12, 7, 7), 4), ((4, 24), 6)],
+                         ids=["registers", "streamed", "scalar", "rank2"])
+@pytest.mark.parametrize("weights, activation", [("gamma+beta", "silu"), ("none", ""),
+                                                 ("beta", "silu")])
+def test_group_norm_against_cpu_kernel(dev, stream, dtype, shape, groups, weights, activation):
+    x = (rand(shape, dtype).astype(np.float32) * 2 + 3).astype(DTYPES[dtype])
+    g = rand((shape[1],), dtype) if "gamma" in weights else None
+    b = rand((shape[1],), dtype) if "beta" in weights else None
+    y = dev.poisoned(x.shape, x.dtype)
+    norm_ops.group_norm_cuda(KernelContext(stream), dev.put(x), None if g is None else dev.put(g),
+                             None if b is None else dev.put(b), out=y, groups=groups,
+                             epsilon=1e-5, activation=activation)
+    close(dev.get(y), norm_ops.group_norm_cpu(x, g, b, groups=groups, epsilon=1e-5,
+                                              activation=activation), dtype)
+
+
 def test_staged_session_matches_reference_kernels(models_dir):
     staged = staged_registry()
     cases = [(attention_model(), lambda m: attention_feeds(m, 2, 45, pad=(0, 13)), "float16"),
@@ -153,6 +171,8 @@ def test_staged_session_matches_reference_kernels(models_dir):
     from onnxopt.verification.inputs import make_inputs
 
     cases.append((gpt2, lambda m: make_inputs(m, {"batch": 2, "other": 13}), "float32"))
+    diffusion = onnx.load(str(models_dir / "diffusion.ts.onnx"))  # six GroupNorms
+    cases.append((diffusion, lambda m: make_inputs(m, {"batch": 2}), "float32"))
     for model, make_feeds, dtype in cases:
         optimized = run_pipeline(model, OptimizeOptions(target="cuda")).proto
         feeds = make_feeds(model)

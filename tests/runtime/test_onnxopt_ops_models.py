@@ -91,6 +91,22 @@ def test_exported_models_float32(models_dir, name, expected):
     assert rel_err(got, want) < 1e-5
 
 
+@pytest.mark.parametrize("name", ["diffusion.ts", "diffusion.dynamo"])
+def test_diffusion_group_norms_bind_to_our_kernel(models_dir, name):
+    """Every GroupNorm (five with their SiLU) of the UNet block becomes ai.onnxopt.cuda::GroupNorm,
+    and the model, run with the op's reference kernel, computes the original function."""
+    path = str(models_dir / f"{name}.onnx")
+    result = run_pipeline(path, OptimizeOptions(target="cuda"))
+    assert ours(result.proto) == ["GroupNorm"] * 6
+    silu = [n for n in result.proto.graph.node if n.op_type == "GroupNorm" and any(
+        a.name == "activation" and a.s == b"silu" for a in n.attribute)]
+    assert len(silu) == 5
+    feeds = make_inputs(onnx.load(path), {"batch": 2}, seed=0)
+    (got,) = session(result.proto).run(None, feeds)
+    (want,) = original(path, feeds)
+    assert rel_err(got, want) < 1e-5
+
+
 def test_exported_model_float16(models_dir):
     float16 = pytest.importorskip("onnxconverter_common.float16")
     model = onnx.load(str(models_dir / "gpt2.ts.onnx"))

@@ -84,8 +84,8 @@ def attrs(node) -> dict:
 def test_records_state_the_metadata_capabilities():
     records = {k.name: k for k in pycuda_kernels()}
     assert set(records) == {"pycuda.flash_attention", "pycuda.flash_attention_f32",
-                            "pycuda.layer_norm", "pycuda.rms_norm", "pycuda.bias_gelu",
-                            "pycuda.swiglu"}
+                            "pycuda.layer_norm", "pycuda.rms_norm", "pycuda.group_norm",
+                            "pycuda.bias_gelu", "pycuda.swiglu"}
     tc, f32 = records["pycuda.flash_attention"], records["pycuda.flash_attention_f32"]
     assert tc.dtypes == {"float16", "bfloat16"} and f32.dtypes == {"float32"}
     assert tc.head_dims is None and f32.head_dims is None  # any multiple of 8 up to 256
@@ -99,6 +99,9 @@ def test_records_state_the_metadata_capabilities():
     assert tc.to_json()["mask_kinds"] == ["additive", "causal", "causal+key_padding",
                                           "key_padding", "none"]
     assert records["pycuda.layer_norm"].dtypes == {"float16", "bfloat16", "float32"}
+    assert records["pycuda.group_norm"].dtypes == {"float16", "bfloat16", "float32"}
+    assert records["pycuda.group_norm"].implements == "GroupNormFused"
+    assert records["pycuda.group_norm"].to_json()["custom_op"] == f"{DOMAIN}::GroupNorm"
 
 
 def test_shared_memory_limit_is_what_every_gpu_allows_unless_the_target_says():
@@ -257,6 +260,79 @@ def test_rms_norm_float32(fused, registry):
     assert attrs(custom) == {"epsilon": pytest.approx(1e-6)}
 
 
+GN = """
+g ({t}[{x}] x, {g}[{c}] gamma, {t}[{c}] beta) => ({o}[{x}] y) {{
+  y = ai.onnxopt.GroupNormFused <groups={groups}, epsilon=0.000001{extra}> (x, {args})
+}}"""
+
+
+def group_norm_text(t="float16", x="N,128,64,64", c=128, groups=32, g=None, o=None,
+                    extra=', activation="silu"', args="gamma, beta"):
+    return GN.format(t=t, x=x, c=c, groups=groups, g=g or t, o=o or t, extra=extra, args=args)
+
+
+@pytest.mark.parametrize("t", ["float16", "bfloat16", "float"])
+def test_group_norm_binds_with_the_models_facts(fused, registry, t):
+    """16384 elements per group (4 channels x 64 x 64): every GPU generation, one node."""
+    nodes = []
+    for target in (H100, A100, RTX):
+        model, node = fused(group_norm_text(t=t))
+        selection = select_kernel(node, target, registry)
+        assert selection.chosen.name == "pycuda.group_norm", reasons(selection)
+        _, custom = emit(model, node, selection.chosen, target)
+        nodes.append(custom.SerializeToString())
+    assert len(set(nodes)) == 1
+    assert (custom.op_type, list(custom.input)) == ("GroupNorm", ["x", "gamma", "beta"])
+    assert attrs(custom) == {"groups": 32, "epsilon": pytest.approx(1e-6), "activation": b"silu"}
+
+
+@pytest.mark.parametrize("x, args, inputs", [
+    ("N,64,H,W", "gamma", ["x", "gamma"]),  # spatial size known at run time only
+    ("N,64", "", ["x"]),  # rank 2: one position per channel
+    ("2,64,5,7,3", ", beta", ["x", "", "beta"]),  # rank 5, beta without gamma
+])
+def test_group_norm_optional_weights_and_shapes(fused, registry, x, args, inputs):
+    model, node = fused(group_norm_text(x=x, c=64, groups=8, extra="", args=args))
+    selection = select_kernel(node, H100, registry)
+    assert selection.chosen.name == "pycuda.group_norm", reasons(selection)
+    _, custom = emit(model, node, selection.chosen, H100)
+    assert list(custom.input) == inputs
+    assert attrs(custom) == {"groups": 8, "epsilon": pytest.approx(1e-6), "activation": b""}
+
+
+@pytest.mark.parametrize("target, kw, reason", [
+    (CPU, {}, "runs only on CUDA"),
+    (T4, {}, "needs compute capability 8.0"),
+    (H100, {"t": "double"}, "does not support dtype float64"),
+    (H100, {"extra": ', activation="gelu"'},
+     "applies the activation 'gelu'; the kernel applies none or 'silu'"),
+    (H100, {"g": "float"},
+     "%gamma: gamma is float32, X is float16: the kernel reads every input in one dtype"),
+    (H100, {"o": "float"},
+     "the output is float32, the input float16: the kernel writes its input's dtype"),
+    (H100, {"x": "N,C,64,64"}, "%x: the channel count C is not static"),
+    (H100, {"x": "N,96,8,8", "c": 96, "groups": 36}, "%x: 96 channels do not split into 36 groups"),
+    (H100, {"x": "N,128,8,8", "c": 64},
+     "%gamma: gamma has shape [64]; the kernel takes one value per channel ([128])"),
+    (H100, {"x": "1,32,32768,32769", "c": 32},
+     ("%x: a group holds 1073774592 elements, above the kernel's limit of 1073741824 (int32 "
+      "indexing inside a group)")),
+    (H100, {"x": "1073741824,32,2,2", "c": 32},
+     "%x: 34359738368 blocks (batch x groups), more than the 2147483647 a grid holds"),
+])
+def test_group_norm_rejections(fused, registry, target, kw, reason):
+    _, node = fused(group_norm_text(**kw))
+    selection = select_kernel(node, target, registry)
+    assert reasons(selection)["pycuda.group_norm"] == reason
+    assert selection.chosen.backend == "decompose"
+
+
+def test_group_norm_shapes_at_the_limit_bind(fused, registry):
+    # 32 channels x 32768 positions = 2^30 elements per group: the streaming variant's limit.
+    _, node = fused(group_norm_text(x="1,32,32768,32", c=32, extra=""))
+    assert select_kernel(node, H100, registry).chosen.name == "pycuda.group_norm"
+
+
 def test_bias_gelu(fused, registry):
     model, node = fused("""
     g (float16[B,S,128] x, float16[128] bias) => (float16[B,S,128] y) {
@@ -300,7 +376,7 @@ def test_cpu_target_never_emits_our_ops(models_dir):
     from onnxopt.options import OptimizeOptions
     from onnxopt.pipeline import run_pipeline
 
-    for name in ("gpt2.ts", "llama.dynamo"):
+    for name in ("gpt2.ts", "llama.dynamo", "diffusion.ts"):
         result = run_pipeline(str(models_dir / f"{name}.onnx"), OptimizeOptions(target="cpu"))
         assert not [n for n in result.proto.graph.node if n.domain == DOMAIN]
         rejected = {k.name: r for s in result.report.stages["select"].selections

@@ -15,7 +15,7 @@ from .activations import bias_gelu, swiglu, swiglu_fused
 from .attention import flash_attention
 from .driver import CudaError, CudaUnavailable, available
 from .loader import KernelUnsupported, preload
-from .norms import layer_norm, rms_norm
+from .norms import group_norm, layer_norm, rms_norm
 
 __all__ = [
     "DOMAIN",
@@ -26,6 +26,7 @@ __all__ = [
     "available",
     "bias_gelu",
     "flash_attention",
+    "group_norm",
     "layer_norm",
     "preload",
     "rms_norm",

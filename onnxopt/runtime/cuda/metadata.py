@@ -18,7 +18,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-FAMILIES = ("flash_attention", "layer_norm", "activations")
+FAMILIES = ("flash_attention", "layer_norm", "activations", "group_norm")
 
 ELEM_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
 

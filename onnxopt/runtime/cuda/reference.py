@@ -18,6 +18,7 @@ __all__ = [
     "bfloat16_bits",
     "bias_gelu",
     "from_bfloat16_bits",
+    "group_norm",
     "layer_norm",
     "rms_norm",
     "round_to",
@@ -150,6 +151,41 @@ def rms_norm(
     v = _add(x, residual)
     y = v / np.sqrt((v * v).mean(axis=-1, keepdims=True) + eps)
     return _affine(y, gamma, beta), v
+
+
+def group_norm(
+    x: np.ndarray,
+    gamma: np.ndarray | None = None,
+    beta: np.ndarray | None = None,
+    *,
+    groups: int = 1,
+    eps: float = 1e-5,
+    activation: str = "",
+) -> np.ndarray:
+    """GroupNorm of x [N, C, *spatial] over ``groups`` groups of C / groups channels, then SiLU.
+
+    Each (n, group) is normalised over its channels and all spatial positions with the biased
+    variance; gamma/beta [C] scale and shift per channel (None: 1 / 0); activation "silu"
+    applies y * sigmoid(y) after them, "" nothing.
+    """
+    v = np.asarray(x, dtype=np.float64)
+    if v.ndim < 2:
+        raise ValueError(f"x must be [N, C, ...], got shape {list(v.shape)}")
+    n, c = v.shape[:2]
+    if groups <= 0 or c % groups:
+        raise ValueError(f"{c} channels do not split into {groups} groups")
+    if activation not in ("", "silu"):
+        raise ValueError(f"activation must be '' or 'silu', got {activation!r}")
+    grouped = v.reshape(n, groups, c // groups * int(np.prod(v.shape[2:], dtype=np.int64)))
+    mean = grouped.mean(axis=-1, keepdims=True)
+    var = ((grouped - mean) ** 2).mean(axis=-1, keepdims=True)
+    y = ((grouped - mean) / np.sqrt(var + eps)).reshape(v.shape)
+    view = (c,) + (1,) * (v.ndim - 2)
+    if gamma is not None:
+        y = y * np.asarray(gamma, dtype=np.float64).reshape(view)
+    if beta is not None:
+        y = y + np.asarray(beta, dtype=np.float64).reshape(view)
+    return y * _sigmoid(y) if activation == "silu" else y
 
 
 def bias_gelu(

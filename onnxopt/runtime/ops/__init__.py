@@ -9,6 +9,7 @@ with a CPU kernel (the NumPy reference) and a CUDA kernel per dtype.
 | FlashAttention | Q, K, V, bias?, kv_start?, kv_end?, causal_offset? | O | scale, causal |
 | LayerNorm | X, gamma?, beta?, residual? | Y, S? | epsilon |
 | RMSNorm | X, gamma?, residual? | Y, S? | epsilon |
+| GroupNorm | X, gamma?, beta? | Y | groups, epsilon, activation |
 | BiasGelu | X, bias? | Y | approximate |
 | SwiGLU | gate, up | Y | - |
 
@@ -22,6 +23,6 @@ from __future__ import annotations
 from . import activations, attention, norms  # noqa: F401 - each declares its ops
 from ._common import DOMAIN, DTYPES, OPSET
 
-OPS = ("FlashAttention", "LayerNorm", "RMSNorm", "BiasGelu", "SwiGLU")
+OPS = ("FlashAttention", "LayerNorm", "RMSNorm", "GroupNorm", "BiasGelu", "SwiGLU")
 
 __all__ = ["DOMAIN", "DTYPES", "OPS", "OPSET"]
