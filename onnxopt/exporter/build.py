@@ -16,6 +16,7 @@ from onnx import AttributeProto, GraphProto, ModelProto, TensorProto, helper, nu
 
 from onnxopt.exporter.save import EXTERNAL_MARK, inline_external
 from onnxopt.exporter.versions import choose_ir_version
+from onnxopt.ir import symdim as sd
 from onnxopt.ir.dtypes import dtype_code
 from onnxopt.ir.graph import Graph
 from onnxopt.ir.model import Model
@@ -268,6 +269,6 @@ def value_info(v: Value) -> onnx.ValueInfoProto:
             dim = shape.dim.add()
             if isinstance(d, int):
                 dim.dim_value = d
-            elif isinstance(d, str):
+            elif isinstance(d, str) and not sd.is_fresh(d):  # inference's own names stay in
                 dim.dim_param = d
     return vi

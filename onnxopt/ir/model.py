@@ -41,6 +41,13 @@ class Model:
     # Bytes of the input file's tensors (initializers, tensor attributes, external data): the
     # result must not weigh more (onnxopt.verification.loadable).
     source_tensor_bytes: int = 0
+    # How many dims inference has named so far (symdim.is_fresh): each name is used once.
+    fresh_dims: int = 0
+
+    def fresh_dim(self) -> str:
+        """A new symbol for a dim no rule can name, unique in the model (``?1``, ``?2``, …)."""
+        self.fresh_dims += 1
+        return f"?{self.fresh_dims}"
 
     @property
     def opset(self) -> int:

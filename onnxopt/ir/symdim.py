@@ -19,6 +19,15 @@ from onnxopt.ir.value import Dim
 Monomial = tuple[int, tuple[str, ...]]
 
 
+FRESH_PREFIX = "?"
+
+
+def is_fresh(d: Dim) -> bool:
+    """A symbol inference made up for a dim it cannot name (``?7``): it stands for that one
+    value's dim, so values derived from it provably share it; it is never written to a file."""
+    return isinstance(d, str) and d.startswith(FRESH_PREFIX)
+
+
 def is_unknown_symbol(d: Dim) -> bool:
     return isinstance(d, str) and d.startswith("unk__")
 
@@ -176,6 +185,8 @@ def broadcast(a: Dim, b: Dim) -> Dim:
         return None
     if isinstance(a, int) and isinstance(b, int):
         return None  # incompatible: leave unknown, the model is wrong or we are
+    if not isinstance(a, int) and not isinstance(b, int):
+        return None  # two different symbols: either may be the 1 that broadcasts
     # a symbol against an int > 1: the symbol must equal the int at run time
     return a if isinstance(a, int) else b
 

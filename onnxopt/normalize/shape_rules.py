@@ -299,6 +299,12 @@ def like_indices(node: Node):
     return [(_x(node).dtype, _shape(node, 1))]
 
 
+def nonzero(node: Node):
+    """``[rank(x), count]``: the count is data-dependent (a dim of its own)."""
+    s = _shape(node)
+    return [("int64", None if s is None else (len(s), None))]
+
+
 def like_data(node: Node):
     return [(_x(node).dtype, _shape(node, 0))]
 
@@ -383,7 +389,7 @@ RULES.update({
     "ConstantOfShape": constant_of_shape, "Flatten": flatten, "Tile": tile, "Range": range_op,
     "Split": split, "MatMulInteger": matmul_integer, "DynamicQuantizeLinear": dynamic_quantize,
     "QuantizeLinear": quantize, "DequantizeLinear": dequantize, "GatherElements": like_indices, "ScatterND": like_data,
-    "ScatterElements": like_data,
+    "ScatterElements": like_data, "NonZero": nonzero,
     "ReduceMean": reduce, "ReduceSum": reduce, "ReduceMax": reduce, "ReduceMin": reduce,
     "ReduceProd": reduce, "ReduceL2": reduce, "ReduceSumSquare": reduce,
 })

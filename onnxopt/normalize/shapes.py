@@ -39,24 +39,28 @@ def infer_shapes(model: Model) -> Changes:
     seen: the driver reruns those)."""
     folds = touched = 0
     for graph in all_graphs(model):
-        f, t = _infer_graph(graph)
+        f, t = _infer_graph(graph, model.fresh_dim)
         folds += f
         touched += t
     return Changes(folds, touched=bool(touched))
 
 
-def _infer_graph(graph: Graph) -> tuple[int, int]:
+def _infer_graph(graph: Graph, fresh) -> tuple[int, int]:
     for v in graph.inputs:
-        v.shape = _clean_shape(v.shape)
+        v.shape = _named(_clean_shape(v.shape), fresh)
     for v in graph.constants.values():
         _constant_sym(v)
     folds = touched = 0
     for node in graph:
         if node.domain not in STANDARD_DOMAINS:
+            for out in node.outputs:
+                out.shape = _named(out.shape, fresh)
             continue
         before = [(o.dtype, o.shape, o.sym) for o in node.outputs]
         axes = node.sem.get("axes")
         folds += _infer_node(graph, node)
+        for out in node.outputs:
+            out.shape = _named(out.shape, fresh)
         if axes != node.sem.get("axes") or before != [(o.dtype, o.shape, o.sym)
                                                       for o in node.outputs]:
             touched += 1
@@ -130,6 +134,15 @@ def _merge(out: Value, dtype: str | None, shape) -> None:
     if old is not None and len(old) == len(shape):
         shape = tuple(new if new is not None else o for new, o in zip(shape, old))
     out.shape = tuple(shape)
+
+
+def _named(shape, fresh):
+    """``shape`` with each unknown dim given a symbol of its own (``fresh()``): two values
+    computed from it then provably share that dim (an expert's gate and up projections of
+    the same routed tokens), and a Reshape's -1 divides it out exactly."""
+    if shape is None or all(d is not None for d in shape):
+        return shape
+    return tuple(fresh() if d is None else d for d in shape)
 
 
 def _clean_shape(shape):
