@@ -36,7 +36,9 @@ def models_export():
 
 
 def specs():
-    """(name, config class, model class, attention implementation, output, config kwargs)."""
+    """(name, config class, model class, attention implementation, output, config kwargs[,
+    kind]); kind is "text" (the default), "seq2seq" (an encoder-decoder reading the ids on
+    both sides) or "vision" (pixel_values [batch, 3, 32, 32])."""
     e = models_export()
     HEADS, HIDDEN, INTERMEDIATE, LAYERS, MAX_POS, VOCAB = (
         e.HEADS, e.HIDDEN, e.INTERMEDIATE, e.LAYERS, e.MAX_POS, e.VOCAB)
@@ -49,6 +51,14 @@ def specs():
 
     gpt = {"vocab_size": VOCAB, "n_embd": HIDDEN, "n_layer": LAYERS, "n_head": HEADS,
            "n_positions": MAX_POS, "use_cache": False}
+    def seq2seq(**kw):
+        return {"vocab_size": VOCAB, "encoder_layers": LAYERS, "decoder_layers": LAYERS,
+                "max_position_embeddings": MAX_POS, "use_cache": False, **kw}
+
+    def vision(**kw):
+        return {"num_hidden_layers": LAYERS, "num_attention_heads": HEADS, "image_size": 32,
+                "num_channels": 3, **kw}
+
     encoder = {"vocab_size": VOCAB, "hidden_size": HIDDEN, "num_hidden_layers": LAYERS,
                "num_attention_heads": HEADS, "intermediate_size": INTERMEDIATE,
                "max_position_embeddings": MAX_POS}
@@ -79,6 +89,37 @@ def specs():
          decoder(num_key_value_heads=2)),
         ("olmo", "OlmoConfig", "OlmoForCausalLM", "sdpa", "logits",
          decoder(num_key_value_heads=HEADS)),
+        # The model families of issue 11: mixtures of experts, encoder-decoders, vision.
+        ("mixtral", "MixtralConfig", "MixtralForCausalLM", "sdpa", "logits",
+         decoder(num_key_value_heads=2, num_local_experts=4, num_experts_per_tok=2)),
+        ("qwen2_moe", "Qwen2MoeConfig", "Qwen2MoeForCausalLM", "sdpa", "logits",
+         decoder(num_key_value_heads=2, num_experts=4, num_experts_per_tok=2,
+                 moe_intermediate_size=INTERMEDIATE // 2,
+                 shared_expert_intermediate_size=INTERMEDIATE // 2)),
+        ("olmoe", "OlmoeConfig", "OlmoeForCausalLM", "sdpa", "logits",
+         decoder(num_key_value_heads=HEADS, num_experts=4, num_experts_per_tok=2)),
+        ("bart", "BartConfig", "BartModel", "eager", "last_hidden_state", seq2seq(
+            d_model=HIDDEN, encoder_attention_heads=HEADS, decoder_attention_heads=HEADS,
+            encoder_ffn_dim=INTERMEDIATE, decoder_ffn_dim=INTERMEDIATE), "seq2seq"),
+        ("marian", "MarianConfig", "MarianModel", "sdpa", "last_hidden_state", seq2seq(
+            d_model=HIDDEN, encoder_attention_heads=HEADS, decoder_attention_heads=HEADS,
+            encoder_ffn_dim=INTERMEDIATE, decoder_ffn_dim=INTERMEDIATE,
+            decoder_start_token_id=0, pad_token_id=1), "seq2seq"),
+        ("t5", "T5Config", "T5Model", "eager", "last_hidden_state",
+         {"vocab_size": VOCAB, "d_model": HIDDEN, "d_kv": HIDDEN // HEADS, "d_ff": INTERMEDIATE,
+          "num_layers": LAYERS, "num_heads": HEADS, "use_cache": False}, "seq2seq"),
+        ("clip_vision", "CLIPVisionConfig", "CLIPVisionModel", "sdpa", "last_hidden_state",
+         vision(hidden_size=HIDDEN, intermediate_size=INTERMEDIATE, patch_size=8), "vision"),
+        ("siglip_vision", "SiglipVisionConfig", "SiglipVisionModel", "sdpa",
+         "last_hidden_state",
+         vision(hidden_size=HIDDEN, intermediate_size=INTERMEDIATE, patch_size=8), "vision"),
+        ("convnext", "ConvNextConfig", "ConvNextModel", "eager", "last_hidden_state",
+         {"num_channels": 3, "hidden_sizes": [16, 32], "depths": [1, 1], "num_stages": 2,
+          "image_size": 32}, "vision"),
+        ("mobilevit", "MobileViTConfig", "MobileViTModel", "eager", "last_hidden_state",
+         {"num_channels": 3, "image_size": 32, "hidden_sizes": [32, 48, 64],
+          "neck_hidden_sizes": [8, 16, 24, 32, 40, 48, 64], "num_attention_heads": 2,
+          "patch_size": 2}, "vision"),
     ]
 
 
@@ -92,16 +133,18 @@ def stage_export(only: list[str] | None) -> None:
     export = models_export()
     warnings.filterwarnings("ignore")
     WORK.mkdir(parents=True, exist_ok=True)
-    for name, cfg_cls, model_cls, attn, output, kwargs in specs():
+    for name, cfg_cls, model_cls, attn, output, kwargs, *kind in specs():
         if only and name not in only:
             continue
+        kind = kind[0] if kind else "text"
 
         def build(attn, cfg_cls=cfg_cls, model_cls=model_cls, kwargs=kwargs):
             cfg = getattr(transformers, cfg_cls)(**kwargs)
             cfg._attn_implementation = attn
             return getattr(transformers, model_cls)(cfg)
 
-        spec = export.Spec(name, build, model_cls, attn, "text", output, True)
+        spec = export.Spec(name, build, model_cls, attn, "vision" if kind == "vision" else "text",
+                           output, True, seq2seq=kind == "seq2seq")
         model = export.build(spec)
         for exporter, fn in (("ts", export.export_ts), ("dynamo", export.export_dynamo)):
             out = WORK / f"{name}.{exporter}.onnx"
@@ -118,8 +161,8 @@ def optimize_all(only: list[str] | None) -> None:
     from onnxopt.pipeline import run_pipeline
     from onnxopt.verification import verify_models
 
-    rules = ("attention", "layer_norm",
-             "rms_norm", "gelu", "silu", "swiglu", "rotary")
+    rules = ("attention", "layer_norm", "rms_norm", "group_norm", "gelu", "silu", "swiglu",
+             "rotary")
     print("| file | Softmax | " + " | ".join(rules) + " | verify |")
     print("|---|---:|" + "---|" * len(rules) + "---|")
     for path in sorted(WORK.glob("*.onnx")):

@@ -68,6 +68,21 @@ class TextWrapper(nn.Module):
         return out[0]
 
 
+class Seq2SeqWrapper(nn.Module):
+    """An encoder-decoder called with (input_ids, attention_mask); the decoder reads the same
+    ids (teacher forcing), so the graph has the text models' two inputs and holds encoder
+    self-attention, decoder causal self-attention and cross-attention."""
+
+    def __init__(self, model: nn.Module):
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        out = self.model(input_ids=input_ids, attention_mask=attention_mask,
+                         decoder_input_ids=input_ids, return_dict=False)
+        return out[0]
+
+
 class VisionWrapper(nn.Module):
     def __init__(self, model: nn.Module):
         super().__init__()
@@ -440,7 +455,9 @@ class _TinyDiffusion(nn.Module):
 
 
 def _diffusion(attn: str) -> nn.Module:
-    return _TinyDiffusion(attn)
+    # 32 channels in 8 groups at the test size; larger configs (benchmarks) take SD's 32 groups
+    channels = HIDDEN // 2
+    return _TinyDiffusion(attn, channels, groups=8 if channels <= 32 else 32)
 
 
 @dataclass(frozen=True)
@@ -452,6 +469,7 @@ class Spec:
     kind: str  # "text" | "vision"
     output: str  # "logits" | "last_hidden_state" | "sample"
     unseen: bool = False  # no fusion rule is written against it
+    seq2seq: bool = False  # text: an encoder-decoder (Seq2SeqWrapper)
 
 
 SPECS: dict[str, Spec] = {
@@ -489,7 +507,8 @@ def build(spec: Spec) -> nn.Module:
     model = spec.build(spec.attn)
     model.config.use_cache = False
     model.eval()
-    wrapper = TextWrapper(model) if spec.kind == "text" else VisionWrapper(model)
+    text = Seq2SeqWrapper if spec.seq2seq else TextWrapper
+    wrapper = text(model) if spec.kind == "text" else VisionWrapper(model)
     return wrapper.eval()
 
 

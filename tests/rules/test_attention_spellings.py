@@ -134,3 +134,46 @@ def test_quick_gelu_is_silu_with_alpha(make_model):
     assert node.op_type == "SiluFused" and node.attr("alpha") == pytest.approx(1.702)
     result = run_pipeline(proto, OptimizeOptions(target="cpu"))
     assert verify_models(proto, result.proto).ok
+
+
+PACKED = """
+g (float[batch, seq, 60] x) => (float[batch, seq, 60] y) <float[60, 180] w = {WEIGHTS},
+        int64[5] split5 = {0, -1, 3, 4, 15}, int64[3] merged = {0, -1, 60},
+        float scale = {0.2581989}> {
+    qkv = MatMul (x, w)
+    r = Reshape (qkv, split5)
+    t = Transpose <perm = [2, 0, 3, 1, 4]> (r)
+    HEADS
+    qs = Mul (q, scale)
+    kt = Transpose <perm = [0, 1, 3, 2]> (k)
+    s = MatMul (qs, kt)
+    p = Softmax <axis = -1> (s)
+    o = MatMul (p, v)
+    ot = Transpose <perm = [0, 2, 1, 3]> (o)
+    y = Reshape (ot, merged)
+}"""
+GATHER = """i0 = Constant <value = int64 {0}> ()
+    i1 = Constant <value = int64 {1}> ()
+    i2 = Constant <value = int64 {2}> ()
+    q = Gather <axis = 0> (t, i0)
+    k = Gather <axis = 0> (t, i1)
+    v = Gather <axis = 0> (t, i2)"""
+SLICE = """z = Constant <value = int64[1] {0}> ()
+    one = Constant <value = int64[1] {1}> ()
+    two = Constant <value = int64[1] {2}> ()
+    three = Constant <value = int64[1] {3}> ()
+    q3 = Slice (t, z, one, z)
+    k3 = Slice (t, one, two, z)
+    v3 = Slice (t, two, three, z)
+    q = Squeeze (q3, z)
+    k = Squeeze (k3, z)
+    v = Squeeze (v3, z)"""
+
+
+@pytest.mark.parametrize("heads", [GATHER, SLICE], ids=["gather", "slice"])
+def test_one_packed_projection_with_an_odd_head_size(make_model, heads):
+    """A recognizer's packed QKV (paddle2onnx's spelling: one projection viewed as
+    [B, S, 3, H, 15], the three picked by Gather or by Slice and Squeeze)."""
+    weights = ", ".join(f"{((i * 37) % 101 - 50) / 500:g}" for i in range(60 * 180))
+    text = PACKED.replace("WEIGHTS", weights).replace("HEADS", heads)
+    _check(make_model, text, num_heads=4, scale=0.2581989, mask_kind="none")
