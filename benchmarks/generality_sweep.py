@@ -81,7 +81,7 @@ def specs():
         ("gptj", "GPTJConfig", "GPTJForCausalLM", "eager", "logits", {**gpt, "rotary_dim": 8}),
         ("stablelm", "StableLmConfig", "StableLmForCausalLM", "sdpa", "logits",
          decoder(num_key_value_heads=HEADS)),
-        ("electra", "ElectraConfig", "ElectraModel", "sdpa", "last_hidden_state",
+        ("electra", "ElectraConfig", "ElectraModel", "eager", "last_hidden_state",
          {**encoder, "embedding_size": HIDDEN}),
         ("albert", "AlbertConfig", "AlbertModel", "eager", "last_hidden_state",
          {**encoder, "embedding_size": 32}),
@@ -145,7 +145,11 @@ def stage_export(only: list[str] | None) -> None:
 
         spec = export.Spec(name, build, model_cls, attn, "vision" if kind == "vision" else "text",
                            output, True, seq2seq=kind == "seq2seq")
-        model = export.build(spec)
+        try:
+            model = export.build(spec)
+        except Exception as e:  # noqa: BLE001 - a transformers release without this config
+            print(f"build failed {name}: {str(e).splitlines()[0][:160]}", flush=True)
+            continue
         for exporter, fn in (("ts", export.export_ts), ("dynamo", export.export_dynamo)):
             out = WORK / f"{name}.{exporter}.onnx"
             try:

@@ -20,7 +20,7 @@ from onnxopt.ir import symdim as sd
 from onnxopt.ir.edit import replace_value
 from onnxopt.ir.model import Model
 from onnxopt.ir.semantics import annotate
-from onnxopt.normalize._common import ints_attr, is_op, is_private, live_ops
+from onnxopt.normalize._common import ints_attr, is_op, is_private, live_ops, remove_chain
 
 
 def transpose_through_reshape(model: Model) -> int:
@@ -30,7 +30,7 @@ def transpose_through_reshape(model: Model) -> int:
         if not is_op(t, "Transpose") or not is_private(t.output, outer):
             continue
         inner = t.inputs[0].producer
-        if not is_op(inner, "Reshape") or not is_private(inner.output, t):
+        if not is_op(inner, "Reshape") or not _read_for_data_by(inner.output, t):
             continue
         perm = _fused_perm(inner.inputs[0].shape, inner.output.shape, t.attr("perm"),
                            outer.output.shape, _target(inner), _target(outer))
@@ -44,9 +44,17 @@ def transpose_through_reshape(model: Model) -> int:
         if not replace_value(graph, outer.output, node.output):
             graph.remove(node)
             continue
-        graph.remove([outer, t, inner])
+        graph.remove([outer, t])
+        remove_chain(graph, [inner])  # kept where a Shape still reads it (a free view in ORT)
         changes += 1
     return changes
+
+
+def _read_for_data_by(value, reader) -> bool:
+    """``value`` is read by ``reader`` alone, Shape and Size readers aside (they need only
+    its dims, which the kept Reshape still gives), and is not a graph output."""
+    data = [n for n, _ in value.uses() if n.op_type not in ("Shape", "Size")]
+    return len(data) == 1 and data[0] is reader and not value.is_graph_output
 
 
 def _target(reshape) -> list[int] | None:

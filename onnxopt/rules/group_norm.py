@@ -86,6 +86,18 @@ def _affine_continues(*ops: str):
     return check
 
 
+def _after_instance_norm(check=None):
+    """A ``check`` for the Reshape back: it reads an InstanceNormalization (else this is one
+    of the many Reshape → Mul → Add chains of a model, not worth a partial-match report),
+    then ``check`` if given."""
+    def run(node: Node) -> str | None:
+        src = node.inputs[0].producer if node.inputs and node.inputs[0] is not None else None
+        if src is None or src.op_type != "InstanceNormalization":
+            return "does not reshape an InstanceNormalization back"
+        return check(node) if check is not None else None
+    return run
+
+
 def _split_reason(target: np.ndarray, x: Value, groups: int, allowzero: int) -> str | None:
     """The Reshape before the instance norm splits x into [N, groups, ...]: instance norm then
     normalises each (n, group) over everything after the group axis, whatever its layout
@@ -172,8 +184,8 @@ class GroupNorm(Rule):
                                         name="inorm", reads=("epsilon",))
 
         def merged(check=None):
-            return p.Reshape(inorm, p.var("merge_shape"), name="merge", check=check,
-                             reads=("allowzero",))
+            return p.Reshape(inorm, p.var("merge_shape"), name="merge",
+                             check=_after_instance_norm(check), reads=("allowzero",))
 
         gamma, beta = p.const("gamma"), p.const("beta")
         return p.any(

@@ -32,3 +32,13 @@ def test_a_split_that_is_not_the_merged_prefix_stays(check):
     text = CHAIN.format(b="?", merge="-1, 6, 4", split="-1, 4, 2, 6").replace(
         "float[?, 2, 4, 6] Y", "float[?, 4, 2, 6] Y")
     assert check(text, T).unchanged
+
+
+def test_a_merged_view_whose_size_is_also_read_still_folds(check):
+    """BLOOM's TorchScript export reads the key length off the merged, transposed keys."""
+    text = CHAIN.format(b="batch", merge="-1, 6, 4", split="-1, 2, 4, 6").replace(
+        "=> (float[batch, 2, 4, 6] Y)", "=> (float[batch, 2, 4, 6] Y, int64[3] n)").replace(
+        "  Y = Reshape (t, split)", "  Y = Reshape (t, split)\n  n = Shape (flat)")
+    result = check(text, T)
+    assert result.changes == 1 and "Transpose" in result.ops
+    assert [n.op_type for n in result.model.graph if n.op_type == "Reshape"] == ["Reshape"]
