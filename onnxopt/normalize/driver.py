@@ -26,7 +26,6 @@ from onnxopt.normalize.merge_reshapes import merge_reshapes
 from onnxopt.normalize.remove_noops import remove_noops
 from onnxopt.normalize.rstd_canonical import rstd_canonical
 from onnxopt.normalize.scale_through_layout import scale_through_layout
-from onnxopt.normalize.shape_of_transpose import shape_of_transpose
 from onnxopt.normalize.softmax_canonical import softmax_canonical
 from onnxopt.normalize.transpose_into_matmul import transpose_into_matmul
 from onnxopt.normalize.transpose_through_reshape import transpose_through_reshape
@@ -50,7 +49,6 @@ PASSES: list[tuple[str, Pass]] = [
     ("elementwise_out_of_split", elementwise_out_of_split),
     ("merge_reshapes", merge_reshapes),
     ("unmerge_heads", unmerge_heads),
-    ("shape_of_transpose", shape_of_transpose),
     ("transpose_through_reshape", transpose_through_reshape),
     ("transpose_into_matmul", transpose_into_matmul),
     ("softmax_canonical", softmax_canonical),

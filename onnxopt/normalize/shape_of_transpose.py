@@ -3,11 +3,11 @@
     Shape(Transpose(v, perm), start, end)  ->  Gather(Shape(v), perm[start:end])
 
 Why: TorchScript exports read sizes off whatever tensor is at hand, often a Transpose
-(BLOOM reads the key length off its transposed keys to slice the mask). A Transpose read
-by a Shape is kept computed for that reader alone, and it stands between the layout
-passes and the attention pattern (``transpose_through_reshape`` needs the transposed
-view private). Read from ``v``, the sizes are the same numbers and the Transpose has one
-reader less. ``Shape(v)`` is shared with any other Shape of ``v`` by CSE.
+(BLOOM reads the key length off its transposed keys to slice the mask), and such a reader
+keeps ``transpose_through_reshape`` from folding the transpose into one 4-D transpose of the
+keys. Read from ``v``, the sizes are the same numbers and the Transpose has one reader
+less. It is done only where that lets the fold happen: elsewhere a Gather would be added
+next to a Transpose that stays computed for its other readers.
 """
 
 from __future__ import annotations
@@ -15,36 +15,36 @@ from __future__ import annotations
 import numpy as np
 
 from onnxopt.ir.edit import replace_value
-from onnxopt.ir.model import Model
+from onnxopt.ir.graph import Graph
+from onnxopt.ir.node import Node
 from onnxopt.ir.tensor import LazyTensor
-from onnxopt.normalize._common import is_op, live_ops, new_node, remove_chain
+from onnxopt.normalize._common import is_op, new_node, remove_chain
 
 NAME = "shape_of_transpose"
 
 
-def shape_of_transpose(model: Model) -> int:
-    changes = 0
-    for graph, shape in live_ops(model, "Shape"):
-        t = shape.inputs[0].producer
-        if not is_op(t, "Transpose") or t.inputs[0] is None:
-            continue
-        v = t.inputs[0]
-        perm = t.attr("perm", t.sem.get("perm"))
-        if perm is None or v.rank is None or len(perm) != v.rank:
-            continue
-        picked = _sliced(list(perm), shape.attr("start", 0), shape.attr("end"))
-        of_v = new_node(graph, "Shape", [v], before=shape, created_by=NAME, dtype="int64",
-                        shape=(v.rank,))
-        index = graph.add_constant(LazyTensor.from_array(np.array(picked, np.int64)),
-                                   hint=f"{NAME}/perm")
-        gathered = new_node(graph, "Gather", [of_v.output, index], before=shape,
-                            created_by=NAME, attrs=None, dtype="int64", shape=(len(picked),))
-        if not replace_value(graph, shape.output, gathered.output):
-            graph.remove([gathered, of_v])
-            continue
-        remove_chain(graph, [shape, t])
-        changes += 1
-    return changes
+def read_before_transpose(graph: Graph, shape: Node) -> bool:
+    """Rewrite ``shape = Shape(Transpose(v, perm))`` to read ``v``; whether it did."""
+    t = shape.inputs[0].producer
+    if not is_op(t, "Transpose") or t.inputs[0] is None:
+        return False
+    v = t.inputs[0]
+    perm = t.attr("perm", t.sem.get("perm"))
+    if perm is None or v.rank is None or len(perm) != v.rank:
+        return False
+    picked = _sliced(list(perm), shape.attr("start", 0), shape.attr("end"))
+    of_v = new_node(graph, "Shape", [v], before=shape, created_by=NAME, dtype="int64",
+                    shape=(v.rank,))
+    index = graph.add_constant(LazyTensor.from_array(np.array(picked, np.int64)),
+                               hint=f"{NAME}/perm")
+    gathered = new_node(graph, "Gather", [of_v.output, index], before=shape, created_by=NAME,
+                        dtype="int64", shape=(len(picked),))
+    gathered.output.sym = shape.output.sym
+    if not replace_value(graph, shape.output, gathered.output):
+        graph.remove([gathered, of_v])
+        return False
+    remove_chain(graph, [shape, t])
+    return True
 
 
 def _sliced(perm: list[int], start: int, end: int | None) -> list[int]:

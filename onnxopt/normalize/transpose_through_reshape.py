@@ -20,21 +20,22 @@ from onnxopt.ir import symdim as sd
 from onnxopt.ir.edit import replace_value
 from onnxopt.ir.model import Model
 from onnxopt.ir.semantics import annotate
-from onnxopt.normalize._common import ints_attr, is_op, is_private, live_ops, remove_chain
+from onnxopt.normalize._common import ints_attr, is_op, live_ops, remove_chain
+from onnxopt.normalize.shape_of_transpose import read_before_transpose
 
 
 def transpose_through_reshape(model: Model) -> int:
     changes = 0
     for graph, outer in live_ops(model, "Reshape"):
         t = outer.inputs[0].producer
-        if not is_op(t, "Transpose") or not is_private(t.output, outer):
+        if not is_op(t, "Transpose") or not _read_for_data_by(t.output, outer):
             continue
         inner = t.inputs[0].producer
         if not is_op(inner, "Reshape") or not _read_for_data_by(inner.output, t):
             continue
         perm = _fused_perm(inner.inputs[0].shape, inner.output.shape, t.attr("perm"),
                            outer.output.shape, _target(inner), _target(outer))
-        if perm is None:
+        if perm is None or not _sizes_read_elsewhere(graph, t):
             continue
         node = graph.make_node("Transpose", [inner.inputs[0]], before=outer,
                                attrs={"perm": ints_attr(perm)},
@@ -48,6 +49,15 @@ def transpose_through_reshape(model: Model) -> int:
         remove_chain(graph, [inner])  # kept where a Shape still reads it (a free view in ORT)
         changes += 1
     return changes
+
+
+def _sizes_read_elsewhere(graph, t) -> bool:
+    """Move the transposed view's Shape readers (BLOOM reads the key length off it) to the
+    transpose's input, through perm; whether none is left."""
+    readers = [n for n, _ in t.output.uses() if n.op_type in ("Shape", "Size")]
+    if any(n.op_type == "Size" for n in readers):
+        return False
+    return all(read_before_transpose(graph, reader) for reader in readers)
 
 
 def _read_for_data_by(value, reader) -> bool:

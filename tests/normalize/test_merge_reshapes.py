@@ -23,8 +23,15 @@ def test_two_reshapes_merge(check):
     assert result.changes == 1 and _ops(result) == ["Reshape"]
 
 
-def test_a_zero_in_the_outer_shape_keeps_both(check):
+def test_a_zero_copying_a_dim_the_middle_shares_with_x_merges(check):
     result = check(TWICE.format(target="{0, 0, 64}"), merge_reshapes)
+    assert result.changes == 1 and _ops(result) == ["Reshape"]
+
+
+def test_a_zero_copying_a_dim_the_middle_changed_keeps_both(check):
+    text = TWICE.replace("int64[4] {{0, 0, 4, 16}}", "int64[3] {{0, -1, 16}}").format(
+        target="{0, 0, 16}").replace("=> (float[B, S, 64] y)", "=> (float[B, ?, 16] y)")
+    result = check(text, merge_reshapes)
     assert result.changes == 0 and _ops(result) == ["Reshape", "Reshape"]
 
 

@@ -42,3 +42,21 @@ def test_a_merged_view_whose_size_is_also_read_still_folds(check):
     result = check(text, T)
     assert result.changes == 1 and "Transpose" in result.ops
     assert [n.op_type for n in result.model.graph if n.op_type == "Reshape"] == ["Reshape"]
+
+
+def test_the_transposed_view_whose_size_is_read_folds_and_the_size_reads_the_keys(check):
+    text = CHAIN.format(b="batch", merge="-1, 6, 4", split="-1, 2, 4, 6").replace(
+        "=> (float[batch, 2, 4, 6] Y)", "=> (float[batch, 2, 4, 6] Y, int64[3] n)").replace(
+        "  Y = Reshape (t, split)", "  Y = Reshape (t, split)\n  n = Shape (t)")
+    result = check(text, T)
+    assert result.changes == 1 and result.ops.count("Transpose") == 1
+    assert "Gather" in result.ops  # the size: Shape(flat) through perm
+
+
+def test_a_transpose_read_by_other_nodes_keeps_its_shape_readers(check):
+    text = CHAIN.format(b="batch", merge="-1, 6, 4", split="-1, 2, 4, 6").replace(
+        "=> (float[batch, 2, 4, 6] Y)",
+        "=> (float[batch, 2, 4, 6] Y, int64[3] n, float[?, 4, 6] z)").replace(
+        "  Y = Reshape (t, split)", "  Y = Reshape (t, split)\n  n = Shape (t)\n  z = Neg (t)")
+    result = check(text, T)
+    assert result.unchanged
