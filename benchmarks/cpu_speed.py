@@ -50,7 +50,10 @@ ROOT = Path(__file__).resolve().parent.parent
 WORK = ROOT / "benchmarks" / "_work" / "cpu_speed"
 EXPORT_PYTHON = "/work/venv-export/bin/python"
 
-MODELS = {"gpt2": "gpt2", "bert": "bert", "llama": "qwen3"}  # name -> ORT optimizer model_type
+# name -> ORT optimizer model_type; the vision families (pixel input [batch, 3, 32, 32]) are
+# opt-in: --models diffusion,swin --shapes 1x0,4x0 (batch x unused)
+MODELS = {"gpt2": "gpt2", "bert": "bert", "llama": "qwen3"}
+OPT_IN_MODELS = {"diffusion": "unet", "swin": "swin"}
 CONFIG = {"HIDDEN": 512, "LAYERS": 4, "HEADS": 8, "KV_HEADS": 4, "INTERMEDIATE": 2048, "VOCAB": 8192,
               "MAX_POS": 1024}
 VARIANTS = ("original", "ort-opt", "onnxscript", "onnxopt", "onnxopt-tune")
@@ -118,10 +121,14 @@ def stage_anchors(paths: list[str]) -> None:
         if not dst.exists():
             # The preferred model_type first; when ORT's optimizer crashes on it (gpt2's
             # postprocess does on a Gemm without bias), the generic bert optimizer.
-            for model_type in dict.fromkeys([MODELS[Path(src).name.split(".")[0]], "bert"]):
+            name = Path(src).name.split(".")[0]
+            for model_type in dict.fromkeys([{**MODELS, **OPT_IN_MODELS}[name], "bert"]):
                 try:
-                    opt = optimize_model(src, model_type=model_type, num_heads=CONFIG["HEADS"],
-                                         hidden_size=CONFIG["HIDDEN"], use_gpu=False)
+                    text = name in MODELS  # (0: the optimizer detects them)
+                    opt = optimize_model(src, model_type=model_type,
+                                         num_heads=CONFIG["HEADS"] if text else 0,
+                                         hidden_size=CONFIG["HIDDEN"] if text else 0,
+                                         use_gpu=False)
                 except Exception as e:  # noqa: BLE001 - report and fall back
                     print(f"  ort optimizer {Path(src).name} ({model_type}) failed: "
                           f"{type(e).__name__}: {e}", flush=True)
@@ -190,10 +197,13 @@ def session(path: Path):
     return ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
 
 
-def feeds(batch: int, seq: int, vocab: int) -> dict:
+def feeds(batch: int, seq: int, vocab: int, names=("input_ids", "attention_mask")) -> dict:
+    """Text inputs [batch, seq]; or, for a model taking ``pixel_values``, [batch, 3, 32, 32]."""
     import numpy as np
 
     rng = np.random.default_rng(batch * 1000 + seq)
+    if "pixel_values" in names:
+        return {"pixel_values": rng.standard_normal((batch, 3, 32, 32), dtype=np.float32)}
     return {"input_ids": rng.integers(2, vocab, (batch, seq), dtype=np.int64),
             "attention_mask": np.ones((batch, seq), np.int64)}
 
@@ -238,7 +248,8 @@ def time_model(files: dict[str, Path], shapes: list[tuple[int, int]], runs: int,
         order = timed[trial % len(timed):] + timed[:trial % len(timed)]
         sessions = {v: session(files[v]) for v in order}
         for batch, seq in shapes:
-            inputs = feeds(batch, seq, CONFIG["VOCAB"])
+            inputs = feeds(batch, seq, CONFIG["VOCAB"],
+                           [i.name for i in sessions["original"].get_inputs()])
             ref = sessions["original"].run(None, inputs)[0]
             runs_here = [v for v in timed if v not in failed[(batch, seq)]]
             for v in list(runs_here):

@@ -1,7 +1,7 @@
 """Fusion coverage: onnxopt against ONNX Runtime's transformer optimizer and the onnxscript rewriter.
 
 For every model in ``models/`` it records, per tool: attention blocks fused,
-norm blocks fused, whether the output still computes the same function
+norm blocks (LayerNorm, RMSNorm) fused, GroupNorm blocks fused, whether the output still computes the same function
 (``onnxopt.verify`` in ONNX Runtime, float32 relative error < 1e-4), and the
 optimizer's wall time. The anchors need torch and onnxscript, which onnxopt
 does not depend on, so they run in another interpreter (``--anchor-python``,
@@ -31,8 +31,11 @@ ATTENTION_OPS = {"Attention", "MultiHeadAttention", "GroupQueryAttention", "Pack
 NORM_OPS = {"SkipLayerNormalization", "SimplifiedLayerNormalization", "LayerNormalization",
             "SkipSimplifiedLayerNormalization", "RMSNormalization", "EmbedLayerNormalization",
             "LayerNormFused", "RMSNormFused"}
+GROUP_NORM_OPS = {"GroupNorm", "SkipGroupNorm", "GroupNormFused"}
+# ORT's optimizer is told each family's model type (bert for the rest, its generic optimizer)
 MODEL_TYPES = {"gpt2": "gpt2", "bert": "bert", "roberta": "bert", "vit": "vit", "t5enc": "t5",
-               "llama": "gpt2", "mistral": "gpt2"}
+               "llama": "gpt2", "mistral": "gpt2", "clip_text": "clip", "gpt_neox": "gpt_neox",
+               "swin": "swin", "diffusion": "unet"}
 
 ANCHORS = r'''
 import json, sys, time
@@ -77,6 +80,13 @@ def norm_blocks(model: onnx.ModelProto) -> int:
     return count
 
 
+def group_norm_blocks(model: onnx.ModelProto) -> int:
+    """GroupNorm blocks in the original: ONNX GroupNormalization, and InstanceNormalization on
+    a grouped view (how both PyTorch exporters write nn.GroupNorm)."""
+    return sum(n.op_type in ("GroupNormalization", "InstanceNormalization")
+               for n in model.graph.node)
+
+
 def count_ops(path: str, ops: set[str]) -> int:
     model = onnx.load(path, load_external_data=False)
     return sum(1 for n in model.graph.node if n.op_type in ops)
@@ -94,6 +104,7 @@ def run_onnxopt(src: str, out: str) -> dict:
         "seconds": seconds,
         "attention": summary.get("attention", {}).get("fused", 0),
         "norms": sum(summary.get(r, {}).get("fused", 0) for r in ("layer_norm", "rms_norm")),
+        "group_norms": summary.get("group_norm", {}).get("fused", 0),
     }
 
 
@@ -119,7 +130,8 @@ def main() -> int:
             name = path.name.removesuffix(".onnx")
             original = onnx.load(str(path))
             blocks = {"attention": sum(n.op_type == "Softmax" for n in original.graph.node),
-                      "norms": norm_blocks(original)}
+                      "norms": norm_blocks(original),
+                      "group_norms": group_norm_blocks(original)}
             row = {"model": name, **{f"total_{k}": v for k, v in blocks.items()}}
             out = os.path.join(tmp, f"{name}.onnxopt.onnx")
             r = run_onnxopt(str(path), out)
@@ -141,6 +153,7 @@ def main() -> int:
                     if "error" not in a and os.path.exists(file):
                         a["attention"] = count_ops(file, ATTENTION_OPS)
                         a["norms"] = count_ops(file, NORM_OPS)
+                        a["group_norms"] = count_ops(file, GROUP_NORM_OPS)
                         a["verify"] = verify_ok(str(path), file)
                     row[key] = a
             rows.append(row)
@@ -154,29 +167,30 @@ def main() -> int:
 
 def markdown(rows: list[dict]) -> str:
     tools = [t for t in ("onnxopt", "ort", "onnxscript") if any(t in r for r in rows)]
-    head = "| model | attention blocks | norm blocks | " + " | ".join(
-        f"{t}: attention / norms / numerics / seconds" for t in tools) + " |"
-    lines = [head, "|" + "---|" * (3 + len(tools))]
+    head = "| model | attention blocks | norm blocks | GroupNorm blocks | " + " | ".join(
+        f"{t}: attention / norms / GroupNorms / numerics / seconds" for t in tools) + " |"
+    lines = [head, "|" + "---|" * (4 + len(tools))]
     totals = Counter()
+    kinds = ("attention", "norms", "group_norms")
     for r in rows:
-        cells = [r["model"], str(r["total_attention"]), str(r["total_norms"])]
-        totals["attention"] += r["total_attention"]
-        totals["norms"] += r["total_norms"]
+        cells = [r["model"], *(str(r.get(f"total_{k}", 0)) for k in kinds)]
+        for k in kinds:
+            totals[k] += r.get(f"total_{k}", 0)
         for t in tools:
             a = r.get(t, {})
             if "error" in a:
                 cells.append(f"failed: {a['error'][:60]}")
                 continue
-            totals[f"{t}_attention"] += min(a.get("attention", 0), r["total_attention"])
-            totals[f"{t}_norms"] += min(a.get("norms", 0), r["total_norms"])
+            for k in kinds:
+                totals[f"{t}_{k}"] += min(a.get(k, 0), r.get(f"total_{k}", 0))
             totals[f"{t}_equal"] += a.get("verify") == "equal"
-            cells.append(f"{a.get('attention', 0)} / {a.get('norms', 0)} / {a.get('verify')} / "
-                         f"{a.get('seconds', 0):.2f}")
+            cells.append(" / ".join(str(a.get(k, 0)) for k in kinds)
+                         + f" / {a.get('verify')} / {a.get('seconds', 0):.2f}")
         lines.append("| " + " | ".join(cells) + " |")
-    cells = ["**total**", str(totals["attention"]), str(totals["norms"])]
+    cells = ["**total**", *(str(totals[k]) for k in kinds)]
     for t in tools:
-        cells.append(f"**{totals[f'{t}_attention']} / {totals[f'{t}_norms']} / "
-                     f"{totals[f'{t}_equal']} of {len(rows)} equal**")
+        cells.append("**" + " / ".join(str(totals[f"{t}_{k}"]) for k in kinds)
+                     + f" / {totals[f'{t}_equal']} of {len(rows)} equal**")
     lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 

@@ -42,6 +42,11 @@ class GroupNormFacts(Facts):
     view: Value | None = None  # the [N, C, ...] target the norm's output has, when not x's
 
 
+# The fused op carries one weight and one bias per channel, folded here from per-group and
+# broadcast constants: a channel count beyond this is a declared shape that no tensor has.
+MAX_CHANNELS = 1 << 20
+
+
 def _channels(x: Value) -> tuple[int | None, str | None]:
     """X's channel count (axis 1), or a reason it is not known."""
     if x.shape is None:
@@ -49,8 +54,11 @@ def _channels(x: Value) -> tuple[int | None, str | None]:
     if len(x.shape) < 2:
         return None, f"%{x.name}: rank {len(x.shape)}, GroupNorm needs [N, C, ...]"
     c = x.shape[1]
-    if not isinstance(c, int):
+    if not isinstance(c, int) or c <= 0:
         return None, f"%{x.name}: the channel dimension is {c}, not a known size"
+    if c > MAX_CHANNELS:
+        return None, (f"%{x.name}: {c} channels, more than the {MAX_CHANNELS} whose weights "
+                      "onnxopt folds")
     return c, None
 
 

@@ -90,6 +90,9 @@ FOUND = {
     "constant_with_an_attribute_of_another_name": _mutant(
         "m16-937", "roberta.ts", 7420119,
         [["attr_add", 858768155], ["trailing_empty_inputs", 117121896]], False),
+    "group_norm_of_two_billion_channels": _mutant(
+        "m17-3494", "diffusion.ts", 27669003,
+        [["init_huge_dims", 3845225900], ["init_raw_length", 2024911880]], False),
 }
 
 

@@ -147,6 +147,8 @@ def test_quick_gelu_after_the_norm_is_not_silu(fuse_text):
         "float[4] one = {1, 1, 1, 1}", "float[3] one = {1, 1, 1}").replace(
         "float[4] zero = {0, 0, 0, 0}", "float[3] zero = {0, 0, 0}")},
      "%x: 8 channels do not split into 3 groups"),
+    ({"x": "float[n, 2000000, 3] x", "out": "float[n, 2000000, 3] y", "tail": "y = Identity (back)"},
+     "%x: 2000000 channels, more than the 1048576 whose weights onnxopt folds"),
     ({"split_attrs": "<allowzero = 1> "},
      "the split Reshape has allowzero=1 and a 0 in its target [0, 4, -1]"),
     ({"merge": "back = Reshape (inorm, flat)", "out": "float[n, 64] y",
