@@ -50,10 +50,11 @@ ROOT = Path(__file__).resolve().parent.parent
 WORK = ROOT / "benchmarks" / "_work" / "cpu_speed"
 EXPORT_PYTHON = "/work/venv-export/bin/python"
 
-# name -> ORT optimizer model_type; the vision families (pixel input [batch, 3, 32, 32]) are
-# opt-in: --models diffusion,swin --shapes 1x0,4x0 (batch x unused)
+# name -> ORT optimizer model_type. Opt-in: gemma2 (soft-capped attention; dynamo only) and the
+# vision families (pixel input [batch, 3, 32, 32]: --models diffusion,swin --shapes 1x0,4x0,
+# batch x unused)
 MODELS = {"gpt2": "gpt2", "bert": "bert", "llama": "qwen3"}
-OPT_IN_MODELS = {"diffusion": "unet", "swin": "swin"}
+OPT_IN_MODELS = {"diffusion": "unet", "swin": "swin", "gemma2": "gpt2"}
 CONFIG = {"HIDDEN": 512, "LAYERS": 4, "HEADS": 8, "KV_HEADS": 4, "INTERMEDIATE": 2048, "VOCAB": 8192,
               "MAX_POS": 1024}
 VARIANTS = ("original", "ort-opt", "onnxscript", "onnxopt", "onnxopt-tune")
