@@ -92,6 +92,16 @@ def decompose_layer_norm(b, node: Node):
         # No empty name for an absent beta: ORT 1.31 crashes on LayerNormalization(x, g, "").
         inputs = (v, gamma) if beta is None else (v, gamma, beta)
         y = b.op("LayerNormalization", *inputs, axis=-1, epsilon=eps, stash_type=1)
+    elif builder_opset(b) >= 17 and _widened_throughout(v, compute, out_dtype, gamma, beta):
+        # flax: a float16 input cast up, normalised and weighted in float32, left in float32.
+        # Cast, then LayerNormalization in float32: the same arithmetic, and not the spelled-out
+        # form, which ONNX Runtime 1.31's load-time LayerNorm fusion mis-types (it fuses the
+        # statistics back onto the float16 input and the model fails to load).
+        vc = b.op("Cast", v, to=dtype_code(compute))
+        if gamma is None:
+            gamma = b.const(np.ones([v.shape[-1]], numpy_dtype(compute)), "ones")
+        inputs = (vc, gamma) if beta is None else (vc, gamma, beta)
+        y = b.op("LayerNormalization", *inputs, axis=-1, epsilon=eps, stash_type=1)
     else:
         vc, dt = _to_compute(b, node, v)
         mean = reduce_mean_last(b, vc)
@@ -100,6 +110,14 @@ def decompose_layer_norm(b, node: Node):
         std = b.op("Sqrt", b.op("Add", var, scalar(b, eps, dt, "epsilon")))
         y = _affine_out(b, node, b.op("Div", d, std), dt, gamma, beta)
     return [y] if s is None else [y, s]
+
+
+def _widened_throughout(v, compute: str, out_dtype: str, gamma, beta) -> bool:
+    """The norm casts ``v`` up to ``compute`` and stays there: weights and output of that type
+    (and, with no weight, a known hidden size for the ones LayerNormalization needs)."""
+    return (bool(compute) and v.dtype != compute and out_dtype == compute
+            and all(w is None or w.dtype == compute for w in (gamma, beta))
+            and (gamma is not None or (v.shape is not None and isinstance(v.shape[-1], int))))
 
 
 def decompose_rms_norm(b, node: Node):

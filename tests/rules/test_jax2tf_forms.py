@@ -18,7 +18,7 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from onnxopt import api, normalize
+from onnxopt import normalize
 from onnxopt.fuse import fuse
 from onnxopt.importer import import_model
 from onnxopt.legality.target import Target
@@ -227,12 +227,14 @@ def test_flax_layer_norm_float16_input_computed_in_float32():
     assert ops["LayerNormFused"] == 1, ops
     node = next(n for n in model.graph if n.op_type == "LayerNormFused")
     assert node.inputs[0].name == "x" and node.attr("compute_dtype") == "float32"
-    # Through the safeguard: at opset 17 the float32 decomposition between float16 Casts is a
-    # form ONNX Runtime's own LayerNormFusion mis-types at load, and is held back there.
+    # At opset 17 the node becomes Cast + LayerNormalization in float32 (the spelled-out form
+    # is one ONNX Runtime's own LayerNormFusion mis-types at load); before 17, the primitives.
     for opset in (15, 17):
         proto.opset_import[0].version = opset
-        optimized = api.optimize(proto, target="cpu")
-        assert verify_models(proto, optimized, runs=2).ok
+        result = run_pipeline(proto, OptimizeOptions(target="cpu"))
+        assert result.report.stages["fuse"].count("layer_norm") == 1
+        assert ("LayerNormalization" in result.report.nodes_after) == (opset >= 17)
+        assert verify_models(proto, result.proto, runs=2).ok
 
 
 # --- LayerNorm: left alone, or refused with a reason ----------------------------------------------
