@@ -370,10 +370,13 @@ class _Importer:
         return LazyTensor.from_proto(t)
 
     def _constant_node_tensor(self, p: onnx.NodeProto) -> LazyTensor | None:
+        """The value of a Constant node, read as ONNX Runtime reads it: by the attribute's
+        type, not its name (a corrupt ``value`` of type INT is the integer, not the tensor
+        its message still holds)."""
         if len(p.attribute) != 1:
             return None
         a = p.attribute[0]
-        if a.name == "value":
+        if a.type == AttributeProto.TENSOR:
             return self._tensor(a.t) if tensor_problem(a.t) is None else None
         return _constant_from_attr(a)
 
@@ -424,14 +427,14 @@ def _declared_names(g: GraphProto):
 
 
 def _constant_from_attr(a: AttributeProto) -> LazyTensor | None:
-
-    if a.name == "value_float":
+    """``value_float(s)``/``value_int(s)``, by type; strings and sparse values stay nodes."""
+    if a.type == AttributeProto.FLOAT:
         return LazyTensor.from_array(np.array(a.f, dtype=np.float32))
-    if a.name == "value_floats":
+    if a.type == AttributeProto.FLOATS:
         return LazyTensor.from_array(np.array(list(a.floats), dtype=np.float32))
-    if a.name == "value_int":
+    if a.type == AttributeProto.INT:
         return LazyTensor.from_array(np.array(a.i, dtype=np.int64))
-    if a.name == "value_ints":
+    if a.type == AttributeProto.INTS:
         return LazyTensor.from_array(np.array(list(a.ints), dtype=np.int64))
     return None
 

@@ -102,6 +102,10 @@ class Kernel:
             return "does not support grouped-query attention"
         if not self.deterministic and target.determinism == "strict":
             return "is not deterministic and determinism is strict"
+        if self.backend != "decompose" and (empty := _empty_input(node)) is not None:
+            # (ORT 1.31's Attention fails on a zero batch, "Batch size must be greater than
+            # 0", where the standard ops the decomposition uses compute the empty result)
+            return f"%{empty.name} is empty (a dim of size 0); only the decomposition takes it"
         if self.requires is not None:
             return self.requires(node, target)
         return None
@@ -120,3 +124,12 @@ class Kernel:
             "deterministic": self.deterministic, "cost": self.cost,
             "switch_seq": self.switch_seq, "layout": self.layout, "notes": self.notes,
         }
+
+
+def _empty_input(node: Node):
+    """An input whose shape has a dim known to be 0, if any."""
+    for v in node.inputs:
+        if v is not None and v.shape is not None and any(
+                isinstance(d, int) and d == 0 for d in v.shape):
+            return v
+    return None

@@ -93,6 +93,13 @@ FOUND = {
     "group_norm_of_two_billion_channels": _mutant(
         "m17-3494", "diffusion.ts", 27669003,
         [["init_huge_dims", 3845225900], ["init_raw_length", 2024911880]], False),
+    "attention_on_an_empty_batch": _mutant(
+        "m19-2827", "bert.dynamo", 22387032,
+        [["opset_change", 233748122], ["input_shape", 1391269324]], False),
+    "constant_value_of_another_attribute_type": _mutant(
+        "m19-3561", "t5enc.ts", 28199578,
+        [["attr_type", 4206549486], ["local_function", 603217093], ["attr_int", 3144762765]],
+        False),
 }
 
 
