@@ -57,12 +57,15 @@ def _feature_constant(node: Node, out: Value) -> bool:
             and hidden is not None and feature_shape(other[0], hidden, "weight") is None)
 
 
-def ends_later(*continuations: str):
+def ends_later(*continuations: str, weight=None):
     """A ``check`` for a pattern's last node: fail when a ``continuations`` op extends the norm.
 
     ``"Cast"``: a float-to-float Cast (back to the input type); ``"Mul"``/``"Add"``: a weight or
-    bias, one constant per feature.
+    bias, one constant per feature — ``weight(reader, value)`` says what that is (default:
+    along the last axis; GroupNorm's are along the channels).
     """
+    is_weight = weight or _feature_constant
+
     def check(node: Node) -> str | None:
         reader = sole_reader(node)
         if reader is None or reader.domain not in STANDARD_DOMAINS:
@@ -74,7 +77,7 @@ def ends_later(*continuations: str):
             if dtype_name(reader.attr("to", 0)) in FLOAT_TYPES:
                 return "the norm continues with a Cast; it is fused there"
             return None
-        if _feature_constant(reader, node.outputs[0]):
+        if is_weight(reader, node.outputs[0]):
             what = "weight" if op == "Mul" else "bias"
             return f"the norm continues with its {what} ({reader.name}); it is fused there"
         return None

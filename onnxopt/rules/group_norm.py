@@ -26,10 +26,10 @@ import numpy as np
 from onnxopt.ir import symdim as sd
 from onnxopt.ir.builder import FUSED_DOMAIN, NodeBuilder
 from onnxopt.ir.dtypes import FLOAT_TYPES, numpy_dtype
-from onnxopt.ir.node import STANDARD_DOMAINS, Node
+from onnxopt.ir.node import Node
 from onnxopt.ir.value import Value
 from onnxopt.match.pattern import Builder, Match
-from onnxopt.rules._norm import sole_reader
+from onnxopt.rules._norm import ends_later
 from onnxopt.rules.base import Facts, Rule
 
 
@@ -77,21 +77,12 @@ def channel_vector(value: Value, x: Value, channels: int) -> np.ndarray | None:
     return np.broadcast_to(arr.reshape(-1).astype(np.float64), [channels]).copy()
 
 
-def _affine_continues(*ops: str):
-    """A ``check`` for an ending: fail while its sole reader is a per-channel Mul/Add."""
-    def check(node: Node) -> str | None:
-        reader = sole_reader(node)
-        if reader is None or reader.domain not in STANDARD_DOMAINS or reader.op_type not in ops:
-            return None
-        out = node.outputs[0]
-        other = [v for v in reader.inputs if v is not out]
-        c = out.shape[1] if out.shape is not None and len(out.shape) >= 2 else None
-        if (len(reader.inputs) == 2 and len(other) == 1 and isinstance(c, int)
-                and channel_vector(other[0], out, c) is not None):
-            what = "weight" if reader.op_type == "Mul" else "bias"
-            return f"the norm continues with its {what} ({reader.name}); it is fused there"
-        return None
-    return check
+def _channel_constant(node: Node, out: Value) -> bool:
+    """``node`` (a Mul or Add reading ``out``) applies one constant per channel of ``out``."""
+    other = [v for v in node.inputs if v is not out]
+    c = out.shape[1] if out.shape is not None and len(out.shape) >= 2 else None
+    return (len(node.inputs) == 2 and len(other) == 1 and isinstance(c, int)
+            and channel_vector(other[0], out, c) is not None)
 
 
 def _after_instance_norm(check=None):
@@ -199,8 +190,8 @@ class GroupNorm(Rule):
         return p.any(
             p.Add(p.Mul(merged(), gamma, name="weight"), beta, name="bias"),
             p.Add(merged(), beta, name="bias"),
-            p.Mul(merged(), gamma, name="weight", check=_affine_continues("Add")),
-            merged(_affine_continues("Mul", "Add")),
+            p.Mul(merged(), gamma, name="weight", check=ends_later("Add", weight=_channel_constant)),
+            merged(ends_later("Mul", "Add", weight=_channel_constant)),
         )
 
     def legal(self, m: Match, target) -> str | GroupNormFacts:
