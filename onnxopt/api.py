@@ -104,7 +104,8 @@ def write_result(result: OptimizeResult, output: str, source: str | None) -> Non
         raise UsageError(f"{output}: output path is one of the input's files (its external "
                          "data); refusing to overwrite it")
     save_model(result.proto, result.external, output,
-               use_external=result.model.had_external_data, protected=protected)
+               use_external=result.model.had_external_data, protected=protected,
+               serialized=result.serialized)
 
 
 def _source_files(result: OptimizeResult) -> set[str]:

@@ -28,8 +28,45 @@ class NativeCrash(RuntimeError):
 def isolated(fn: Callable[..., T], *args: Any) -> T:
     """``fn(*args)`` computed in a forked child: its result (which must pickle), or the
     exception it raised, re-raised here; :class:`NativeCrash` when the child died."""
+    return started(fn, *args).result()
+
+
+class Child:
+    """A forked child computing one call; :meth:`result` waits for it. Several children
+    started before any is waited for run side by side (the safeguard's checker and ORT
+    load, each single-threaded, on two cores)."""
+
+    def __init__(self, pid: int, read_end: int) -> None:
+        self._pid = pid
+        self._read_end = read_end
+
+    def result(self) -> Any:
+        with os.fdopen(self._read_end, "rb") as src:
+            data = src.read()
+        _, status = os.waitpid(self._pid, 0)
+        if not data:
+            raise NativeCrash(f"the native code crashed ({_how(status)})")
+        ok, value = pickle.loads(data)
+        if ok:
+            return value
+        raise value
+
+
+class _Done:
+    """What :func:`started` gives where there is no ``fork``: the call, already made."""
+
+    def __init__(self, fn: Callable[..., Any], args: tuple) -> None:
+        self._fn, self._args = fn, args
+
+    def result(self) -> Any:
+        return self._fn(*self._args)
+
+
+def started(fn: Callable[..., T], *args: Any) -> Child | _Done:
+    """Start ``fn(*args)`` in a forked child and return at once; ``.result()`` is what
+    :func:`isolated` returns. Where ``fork`` does not exist the call runs when asked for."""
     if not hasattr(os, "fork"):
-        return fn(*args)
+        return _Done(fn, args)
     read_end, write_end = os.pipe()
     pid = os.fork()
     if pid == 0:  # the child: compute, send, and leave without running the parent's cleanup
@@ -48,15 +85,7 @@ def isolated(fn: Callable[..., T], *args: Any) -> T:
         finally:
             os._exit(0)
     os.close(write_end)
-    with os.fdopen(read_end, "rb") as src:
-        data = src.read()
-    _, status = os.waitpid(pid, 0)
-    if not data:
-        raise NativeCrash(f"the native code crashed ({_how(status)})")
-    ok, value = pickle.loads(data)
-    if ok:
-        return value
-    raise value
+    return Child(pid, read_end)
 
 
 def _how(status: int) -> str:

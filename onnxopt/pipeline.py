@@ -73,6 +73,8 @@ class OptimizeResult:
     external: dict[str, LazyTensor]
     report: OptimizeReport
     passthrough: bool = False  # the input itself, as it was (the safeguard's last resort)
+    # ``proto``'s bytes, where the safeguard serialized it for its checks: written as they are.
+    serialized: bytes | None = None
 
 
 def op_histogram(model: Model) -> Counter:

@@ -32,7 +32,7 @@ from onnxopt.importer.load import read_model_proto, read_model_with_data
 from onnxopt.isolation import NativeCrash, isolated
 from onnxopt.options import OptimizeOptions
 from onnxopt.pipeline import OptimizeResult, Progress, StageFailure, run_pipeline
-from onnxopt.verification.loadable import Fitness, fitness
+from onnxopt.verification.loadable import Fitness, fitness, serialize
 
 Attempt = tuple["OptimizeResult | None", list[str]]
 
@@ -77,8 +77,11 @@ class _Guard:
         else:
             if progress is not None:
                 progress("checks")
-            found = fitness(result.proto, result.external,
+            # Serialized once: the checks load these bytes and the output is written from them.
+            serialized = serialize(result.proto, result.external)
+            found = fitness(result.proto, result.external, serialized=serialized,
                             tensor_budget=result.model.source_tensor_bytes)
+            result = dataclasses.replace(result, serialized=serialized)
             problems = found.problems()
             if found.unchecked:
                 self.unchecked[hold] = found.unchecked

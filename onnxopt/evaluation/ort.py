@@ -39,10 +39,12 @@ def uses_onnxopt_kernels(proto: onnx.ModelProto) -> bool:
 
 def session(model: str | os.PathLike | bytes | onnx.ModelProto,
             providers: list[str] | None = None, *, threads: int | None = None,
-            optimize: bool = True, config: dict[str, str] | None = None, **options: Any):
+            optimize: bool = True, config: dict[str, str] | None = None,
+            parsed: onnx.ModelProto | None = None, **options: Any):
     """A quiet InferenceSession (``threads``: intra-op threads; ``optimize=False`` turns ORT's
-    graph optimizations off; ``config``: session config entries; other keywords set
-    SessionOptions attributes)."""
+    graph optimizations off; ``config``: session config entries; ``parsed``: the proto of a
+    model given as bytes, where the caller holds it, so it is not parsed again; other
+    keywords set SessionOptions attributes)."""
 
     opts = ort.SessionOptions()
     opts.log_severity_level = QUIET
@@ -55,7 +57,7 @@ def session(model: str | os.PathLike | bytes | onnx.ModelProto,
     for key, value in (config or {}).items():
         opts.add_session_config_entry(key, value)
     providers = providers or ["CPUExecutionProvider"]
-    proto = model if isinstance(model, onnx.ModelProto) else None
+    proto = model if isinstance(model, onnx.ModelProto) else parsed
     if proto is None and isinstance(model, (bytes, bytearray)):
         proto = onnx.load_from_string(bytes(model))
     elif proto is None:

@@ -27,8 +27,10 @@ _ALIGN = 64
 
 
 def save_model(proto: ModelProto, external: dict[str, LazyTensor], path: str, *,
-               use_external: bool = False, protected: frozenset[str] = frozenset()) -> None:
-    """Write ``proto`` to ``path`` atomically.
+               use_external: bool = False, protected: frozenset[str] = frozenset(),
+               serialized: bytes | None = None) -> None:
+    """Write ``proto`` to ``path`` atomically (``serialized``: its bytes, where the caller
+    has them; used when every tensor stays inline, as then the file is exactly those bytes).
 
     ``external`` maps placeholder tensors to their lazy source. With
     ``use_external`` (or when the model would pass protobuf's 2 GB limit)
@@ -53,7 +55,8 @@ def save_model(proto: ModelProto, external: dict[str, LazyTensor], path: str, *,
         model_tmp = _temp_beside(path)
         try:
             with os.fdopen(os.open(model_tmp, os.O_WRONLY | os.O_TRUNC), "wb") as f:
-                f.write(proto.SerializeToString())
+                inline = serialized is not None and data_path is None
+                f.write(serialized if inline else proto.SerializeToString())
             if data_tmp is not None:
                 os.replace(data_tmp, data_path)
                 data_tmp = None

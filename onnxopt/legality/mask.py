@@ -197,12 +197,15 @@ def _evaluate(sess, inputs: list[Value], shape_leaves: list[Value], batch: int, 
 
 
 def _symbols(inputs: list[Value], batch: int, seq: int) -> dict:
-    """Probe sizes per symbol: the leading axis is the batch, any other symbol the sequence."""
+    """Probe sizes per symbol: the leading axis of a tensor of rank 2 or more is the batch, any
+    other symbol the sequence. A 1-D tensor's one axis is a length (``arange(seq)``, read for
+    its shape once shared values let the mask read it), and such tensors come last, so that
+    a tensor with a batch axis names the batch first."""
     sizes: dict = {}
-    for v in inputs:
+    for v in sorted(inputs, key=lambda v: len(v.shape or ()) < 2):
         for k, d in enumerate(v.shape or ()):
             if isinstance(d, str) and "*" not in d and d not in sizes:
-                sizes[d] = batch if k == 0 else seq
+                sizes[d] = batch if k == 0 and len(v.shape) >= 2 else seq
     return sizes
 
 

@@ -26,6 +26,7 @@ from onnxopt.normalize.merge_reshapes import merge_reshapes
 from onnxopt.normalize.remove_noops import remove_noops
 from onnxopt.normalize.rstd_canonical import rstd_canonical
 from onnxopt.normalize.scale_through_layout import scale_through_layout
+from onnxopt.normalize.share_equal_shapes import share_equal_shapes
 from onnxopt.normalize.softmax_canonical import softmax_canonical
 from onnxopt.normalize.transpose_into_matmul import transpose_into_matmul
 from onnxopt.normalize.transpose_through_reshape import transpose_through_reshape
@@ -41,6 +42,7 @@ PASSES: list[tuple[str, Pass]] = [
     ("fold_constants", fold_constants),
     ("remove_noops", remove_noops),
     ("eliminate_dead_code", eliminate_dead_code),
+    ("share_equal_shapes", share_equal_shapes),
     ("eliminate_common_subexpressions", eliminate_common_subexpressions),
     ("commutative_order", commutative_order),
     ("scale_through_layout", scale_through_layout),

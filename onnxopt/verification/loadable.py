@@ -18,7 +18,7 @@ from onnxopt import evaluation
 from onnxopt.exporter.save import inline_external
 from onnxopt.importer.load import tensor_bytes
 from onnxopt.ir.tensor import LazyTensor
-from onnxopt.isolation import NativeCrash, isolated
+from onnxopt.isolation import NativeCrash, started
 
 # Above this the model is not loaded into memory a second time to be checked (external data
 # is streamed to the output and never held whole: reading it back for a check would undo that).
@@ -48,47 +48,69 @@ class Fitness:
 
 
 def fitness(proto: ModelProto, external: dict[str, LazyTensor] | None = None, *,
-            tensor_budget: int | None = None) -> Fitness:
-    """Run the checks on a model (``external``: its placeholder tensors, read if small)."""
+            tensor_budget: int | None = None, serialized: bytes | None = None) -> Fitness:
+    """Run the checks on a model (``external``: its placeholder tensors, read if small;
+    ``serialized``: ``proto``'s bytes where the caller has them — a large model's
+    serialization costs as much as a check, so it is made once, see :func:`serialize`)."""
     weight = None
-    if tensor_budget is not None:
-        size = tensor_bytes(proto, external)
-        if size > tensor_budget + TENSOR_SLACK_BYTES:
-            weight = (f"its tensors weigh {size:,} bytes, more than the input's "
-                      f"{tensor_budget:,}")
+    size = tensor_bytes(proto, external)
+    if tensor_budget is not None and size > tensor_budget + TENSOR_SLACK_BYTES:
+        weight = f"its tensors weigh {size:,} bytes, more than the input's {tensor_budget:,}"
     if external and sum(t.nbytes for t in external.values()) > MAX_CHECKED_EXTERNAL_BYTES:
         return Fitness(weight=weight, unchecked="its external data is too large to load twice")
     if external:
         whole = ModelProto()
         whole.CopyFrom(proto)
         inline_external(whole, external)
-        proto = whole
-    if proto.ByteSize() > MAX_CHECKED_BYTES:
+        proto, serialized = whole, None
+    if serialized is None:
+        serialized = serialize(proto)
+    if serialized is None or len(serialized) > MAX_CHECKED_BYTES:
         return Fitness(weight=weight, unchecked="it is too large to load twice")
+    return Fitness(weight=weight, **native_checks(proto, serialized))
+
+
+def serialize(proto: ModelProto, external: dict[str, LazyTensor] | None = None) -> bytes | None:
+    """``proto``'s bytes where the checks load them as they are: ``None`` where it has external
+    tensors (a copy with them inline is checked), is too large to be loaded twice, or is
+    more than protobuf can write (2 GB)."""
+    if external or tensor_bytes(proto) > MAX_CHECKED_BYTES:
+        return None
     try:
-        checker, loads = isolated(_native_checks, proto)
-    except NativeCrash as e:  # the checker or ORT died on it: a problem like any other
-        checker, loads = None, f"ONNX Runtime or the ONNX checker crashes on it ({e})"
-    return Fitness(checker=checker, loads=loads, weight=weight)
+        return proto.SerializeToString()
+    except ValueError:
+        return None
 
 
-def _native_checks(proto: ModelProto) -> tuple[str | None, str | None]:
+def native_checks(proto: ModelProto, serialized: bytes) -> dict[str, str | None]:
     """The ONNX checker and ONNX Runtime's load — C++ that a malformed model can crash, so
-    run in a forked child (:func:`onnxopt.isolation.isolated`)."""
-    return _checker_problem(proto), _load_problem(proto)
+    each runs in a forked child (:mod:`onnxopt.isolation`), the two side by side: the load,
+    single-threaded, takes the longer, and the checker's time hides under it."""
+    checker = started(_checker_problem, serialized)
+    loads = started(_load_problem, proto, serialized)
+    found = {}
+    for name, child, what in (("checker", checker, "the ONNX checker"),
+                              ("loads", loads, "ONNX Runtime")):
+        try:
+            found[name] = child.result()
+        except NativeCrash as e:  # it died on the model: a problem like any other
+            found[name] = f"{what} crashes on it ({e})"
+    return found
 
 
-def _checker_problem(proto: ModelProto) -> str | None:
+def _checker_problem(serialized: bytes) -> str | None:
     try:
-        onnx.checker.check_model(proto)
+        onnx.checker.check_model(serialized)
     except Exception as e:  # noqa: BLE001 - any complaint of the checker is the answer
         return f"the ONNX checker refuses it: {_first_line(e)}"
     return None
 
 
-def _load_problem(proto: ModelProto) -> str | None:
+def _load_problem(proto: ModelProto, serialized: bytes) -> str | None:
     try:
-        evaluation.session(proto)  # default graph optimizations: what a user's session does
+        # Default graph optimizations, as a user's session has: ORT's load-time fusions
+        # are part of loading. One thread: the thread count changes none of them.
+        evaluation.session(serialized, threads=1, parsed=proto)
     except Exception as e:  # noqa: BLE001 - any refusal of ORT's is the answer
         return f"ONNX Runtime cannot load it: {_first_line(e)}"
     return None
