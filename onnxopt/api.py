@@ -15,7 +15,7 @@ from onnx import ModelProto
 
 from onnxopt.bisection import bisect as run_bisect
 from onnxopt.errors import UsageError
-from onnxopt.exporter.save import inline_external, save_model
+from onnxopt.exporter.save import inline_external, save_model, stage_bytes
 from onnxopt.options import OptimizeOptions
 from onnxopt.pipeline import OptimizeResult, explain_model
 from onnxopt.safeguard import optimize_guarded
@@ -36,9 +36,11 @@ def optimize(model: str | os.PathLike | ModelProto, output: str | os.PathLike | 
     """
     options = options or OptimizeOptions(**_option_kwargs(option_kwargs))
     source = os.fspath(model) if isinstance(model, (str, os.PathLike)) else model
+    stage = None
     if output is not None:
         check_output_path(source if isinstance(source, str) else None, os.fspath(output))
-    result = optimize_guarded(source, options)
+        stage = staging_to(os.fspath(output))
+    result = optimize_guarded(source, options, stage=stage)
     if output is not None:
         write_result(result, os.fspath(output), source if isinstance(source, str) else None)
     if return_result:
@@ -96,16 +98,23 @@ def check_output_path(source: str | None, output: str) -> None:
         raise UsageError(f"{output}: output folder {folder} does not exist")
 
 
+def staging_to(output: str):
+    """What the safeguard writes a result's bytes with, beside ``output``, while it checks."""
+    return lambda data: stage_bytes(data, output)
+
+
 def write_result(result: OptimizeResult, output: str, source: str | None) -> None:
     protected = frozenset(_source_files(result))
     if source is not None:
         protected |= {os.path.realpath(source)}
     if os.path.realpath(output) in protected:
+        if result.staged is not None:
+            result.staged.discard()
         raise UsageError(f"{output}: output path is one of the input's files (its external "
                          "data); refusing to overwrite it")
     save_model(result.proto, result.external, output,
                use_external=result.model.had_external_data, protected=protected,
-               serialized=result.serialized)
+               serialized=result.serialized, staged=result.staged)
 
 
 def _source_files(result: OptimizeResult) -> set[str]:

@@ -21,6 +21,7 @@ from onnx import ModelProto
 from onnxopt import fuse, normalize, select
 from onnxopt.errors import OnnxoptError
 from onnxopt.exporter import export_model_lazy
+from onnxopt.exporter.save import StagedFile
 from onnxopt.fuse import FusionReport
 from onnxopt.importer import import_model
 from onnxopt.ir.model import Model
@@ -73,8 +74,10 @@ class OptimizeResult:
     external: dict[str, LazyTensor]
     report: OptimizeReport
     passthrough: bool = False  # the input itself, as it was (the safeguard's last resort)
-    # ``proto``'s bytes, where the safeguard serialized it for its checks: written as they are.
+    # ``proto``'s bytes, where the safeguard serialized it for its checks: written as they are,
+    # and already staged beside the output where the safeguard was given it.
     serialized: bytes | None = None
+    staged: StagedFile | None = None
 
 
 def op_histogram(model: Model) -> Counter:

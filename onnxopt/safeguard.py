@@ -22,11 +22,13 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections.abc import Callable
 
 import onnx
 from onnx import ModelProto
 
 from onnxopt import evaluation
+from onnxopt.exporter.save import StagedFile
 from onnxopt.holdback import minimal_hold, units_of
 from onnxopt.importer.load import read_model_proto, read_model_with_data
 from onnxopt.isolation import NativeCrash, isolated
@@ -38,9 +40,12 @@ Attempt = tuple["OptimizeResult | None", list[str]]
 
 
 def optimize_guarded(source: str | ModelProto, options: OptimizeOptions,
-                     progress: Progress | None = None) -> OptimizeResult:
-    """:func:`onnxopt.pipeline.run_pipeline`, with the safeguard around it."""
-    guard = _Guard(source, options)
+                     progress: Progress | None = None,
+                     stage: Callable[[bytes], StagedFile] | None = None) -> OptimizeResult:
+    """:func:`onnxopt.pipeline.run_pipeline`, with the safeguard around it. ``stage`` writes
+    the first result's bytes beside the output while its checks run; a result that passes
+    carries that file (``staged``) for the writer to put in place, one that fails does not."""
+    guard = _Guard(source, options, stage)
     first, problems = guard.attempt(frozenset(), progress)
     if not problems:
         unchecked = guard.unchecked.get(frozenset())
@@ -58,9 +63,11 @@ def optimize_guarded(source: str | ModelProto, options: OptimizeOptions,
 
 
 class _Guard:
-    def __init__(self, source: str | ModelProto, options: OptimizeOptions) -> None:
+    def __init__(self, source: str | ModelProto, options: OptimizeOptions,
+                 stage: Callable[[bytes], StagedFile] | None = None) -> None:
         self.source = source
         self.options = options
+        self.stage = stage
         self._baseline: Fitness | None = None
         self._tried: dict[frozenset[str], Attempt] = {}
         self.unchecked: dict[frozenset[str], str] = {}
@@ -79,10 +86,21 @@ class _Guard:
                 progress("checks")
             # Serialized once: the checks load these bytes and the output is written from them.
             serialized = serialize(result.proto, result.external)
+            staged: list[StagedFile] = []
+            if self.stage is not None and serialized is not None and not hold:
+                def meanwhile() -> None:
+                    staged.append(self.stage(serialized))
+            else:
+                meanwhile = None
             found = fitness(result.proto, result.external, serialized=serialized,
-                            tensor_budget=result.model.source_tensor_bytes)
-            result = dataclasses.replace(result, serialized=serialized)
+                            tensor_budget=result.model.source_tensor_bytes, meanwhile=meanwhile)
             problems = found.problems()
+            if problems:
+                for f in staged:
+                    f.discard()
+                staged.clear()
+            result = dataclasses.replace(result, serialized=serialized,
+                                         staged=staged[0] if staged else None)
             if found.unchecked:
                 self.unchecked[hold] = found.unchecked
             if problems:

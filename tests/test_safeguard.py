@@ -79,3 +79,40 @@ def test_with_debug_a_stage_that_raises_still_raises(model, monkeypatch):
 def test_a_passing_result_says_so(model):
     result = onnxopt.optimize(model, target="cpu", return_result=True)
     assert result.report.stages["safeguard"] == {"checks": "passed"}
+
+
+def test_a_result_that_fails_its_checks_leaves_no_staged_file(model, monkeypatch, tmp_path):
+    """The first result's bytes are written beside the output while its checks run; when the
+    checks fail, that file goes and only the held-back result is written."""
+    monkeypatch.setattr(driver, "PASSES", [*driver.PASSES, ("poison_relu", _poison_relu)])
+    out = tmp_path / "o.onnx"
+    result = onnxopt.optimize(model, out, target="cpu", return_result=True)
+    assert result.report.stages["safeguard"]["held_back"] == ["pass:poison_relu"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["o.onnx"]
+    written = onnx.load(out)
+    assert _loads(written)
+    assert [n.op_type for n in written.graph.node] == ["Relu", "Neg"]
+
+
+def test_a_passing_result_is_written_from_the_bytes_staged_during_its_checks(model, tmp_path):
+    out = tmp_path / "o.onnx"
+    result = onnxopt.optimize(model, out, target="cpu", return_result=True)
+    assert result.staged is not None and result.staged.tmp is None  # committed, not rewritten
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["o.onnx"]
+    assert out.read_bytes() == result.proto.SerializeToString()
+
+
+def test_an_output_that_cannot_be_written_is_a_usage_error_and_leaves_nothing(
+        model, monkeypatch, tmp_path):
+    """The staged write fails (a full disk, a folder the user may not write): the error is
+    the one-line usage error the writer gives, raised after the checks' children are done."""
+    from onnxopt.errors import UsageError
+    from onnxopt.exporter import save
+
+    def refuse(path):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(save, "_temp_beside", refuse)
+    with pytest.raises(UsageError, match="cannot write output: No space left on device"):
+        onnxopt.optimize(model, tmp_path / "o.onnx", target="cpu")
+    assert list(tmp_path.iterdir()) == []

@@ -6,7 +6,7 @@ import os
 
 import click
 
-from onnxopt.api import check_output_path, write_result
+from onnxopt.api import check_output_path, staging_to, write_result
 from onnxopt.bisection import bisect
 from onnxopt.commands.options import debug_option, write_json
 from onnxopt.commands.report import print_optimize, print_verify, stage_progress
@@ -82,7 +82,7 @@ def optimize(model: str, output: str | None, json_path: str | None, do_verify: b
                               tune=tune, tune_cache=tune_cache,
                               fuse=not no_fuse, debug=debug)
     with stage_progress(enabled=not quiet) as progress:
-        result = optimize_guarded(model, options, progress=progress)
+        result = optimize_guarded(model, options, progress=progress, stage=staging_to(output))
         progress("write")
         write_result(result, output, model)
     guard = result.report.stages.get("safeguard", {})

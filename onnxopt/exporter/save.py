@@ -26,23 +26,75 @@ EXTERNAL_THRESHOLD = 1024  # bytes: smaller tensors stay inline, as onnx's own s
 _ALIGN = 64
 
 
+class StagedFile:
+    """Bytes already written to a temporary file beside ``path``, not yet in place:
+    :meth:`commit` renames it there, :meth:`discard` removes it. The safeguard stages its
+    result's bytes while its checks run, so the write costs nothing after them."""
+
+    def __init__(self, tmp: str, path: str) -> None:
+        self.tmp: str | None = tmp
+        self.path = path
+
+    def commit(self) -> None:
+        if self.tmp is not None:
+            os.replace(self.tmp, self.path)
+            self.tmp = None
+
+    def discard(self) -> None:
+        if self.tmp is not None:
+            _unlink_quiet(self.tmp)
+            self.tmp = None
+
+
+def stage_bytes(data: bytes, path: str) -> StagedFile:
+    """``data`` in a temporary file beside ``path`` (a one-line error if it cannot be)."""
+    path = _writable_destination(path)
+    try:
+        tmp = _temp_beside(path)
+    except OSError as e:
+        raise UsageError(f"{path}: cannot write output: {e.strerror or e}") from e
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+    except OSError as e:
+        _unlink_quiet(tmp)
+        raise UsageError(f"{path}: cannot write output: {e.strerror or e}") from e
+    return StagedFile(tmp, path)
+
+
 def save_model(proto: ModelProto, external: dict[str, LazyTensor], path: str, *,
                use_external: bool = False, protected: frozenset[str] = frozenset(),
-               serialized: bytes | None = None) -> None:
+               serialized: bytes | None = None, staged: StagedFile | None = None) -> None:
     """Write ``proto`` to ``path`` atomically (``serialized``: its bytes, where the caller
-    has them; used when every tensor stays inline, as then the file is exactly those bytes).
+    has them, and ``staged``: those bytes already written beside ``path``; either is used
+    when every tensor stays inline, as then the file is exactly those bytes).
 
     ``external`` maps placeholder tensors to their lazy source. With
     ``use_external`` (or when the model would pass protobuf's 2 GB limit)
     every tensor of at least 1 KB goes to ``<path>.data``. ``protected``
     lists real paths that must not be overwritten (the input's own files).
     """
+    try:
+        _save(proto, external, _writable_destination(path), use_external, protected,
+              serialized, staged)
+    finally:
+        if staged is not None:
+            staged.discard()  # a no-op once committed
+
+
+def _writable_destination(path: str) -> str:
     path = os.path.abspath(path)
     folder = os.path.dirname(path)
     if not os.path.isdir(folder):
         raise UsageError(f"{path}: output folder does not exist")
     if not os.access(folder, os.W_OK):
         raise UsageError(f"{path}: output folder is not writable")
+    return path
+
+
+def _save(proto: ModelProto, external: dict[str, LazyTensor], path: str, use_external: bool,
+          protected: frozenset[str], serialized: bytes | None,
+          staged: StagedFile | None) -> None:
     tensors = list(_all_initializers(proto))
     if not use_external and not external:
         inline_size = sum(t.ByteSize() for t in tensors)
@@ -52,6 +104,9 @@ def save_model(proto: ModelProto, external: dict[str, LazyTensor], path: str, *,
         if use_external or external:
             data_path = _data_file_name(path, protected)
             data_tmp = _write_data_file(tensors, external, data_path, use_external)
+        if staged is not None and data_path is None and staged.path == path:
+            staged.commit()
+            return
         model_tmp = _temp_beside(path)
         try:
             with os.fdopen(os.open(model_tmp, os.O_WRONLY | os.O_TRUNC), "wb") as f:

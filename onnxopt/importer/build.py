@@ -459,7 +459,9 @@ def _drop_weights(proto: ModelProto) -> None:
         g = stack.pop()
         del g.value_info[:]
         for t in g.initializer:
-            if t.data_location != TensorProto.EXTERNAL and t.ByteSize() > 4096:
+            # The raw data's length, not ByteSize (which serializes the tensor to count it).
+            size = len(t.raw_data) if t.HasField("raw_data") else t.ByteSize()
+            if t.data_location != TensorProto.EXTERNAL and size > 4096:
                 for field in ("raw_data", "float_data", "int32_data", "int64_data",
                               "double_data", "uint64_data", "string_data"):
                     t.ClearField(field)

@@ -15,7 +15,7 @@ import os
 import onnx
 from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import DecodeError
-from onnx import ModelProto, TensorProto
+from onnx import ModelProto, SparseTensorProto, TensorProto
 
 from onnxopt.errors import ModelError, UsageError
 from onnxopt.ir.dtypes import dtype_name, numpy_dtype
@@ -23,6 +23,7 @@ from onnxopt.ir.node import STANDARD_DOMAINS
 from onnxopt.ir.tensor import ExternalLocation, LazyTensor
 
 _STRING, _MESSAGE = FieldDescriptor.TYPE_STRING, FieldDescriptor.TYPE_MESSAGE
+_BULKY = (TensorProto.DESCRIPTOR, SparseTensorProto.DESCRIPTOR)  # raw data: not to be listed
 # Strings have no fixed size; 4-bit types pack two elements per byte.
 _UNSIZED = frozenset({"string", "int4", "uint4", "float4e2m1"})
 
@@ -80,8 +81,29 @@ def parse_model_bytes(data: bytes, label: str) -> ModelProto:
 
 def has_undecodable_text(message) -> bool:
     """Whether a string field holds bytes that are not UTF-8 (protobuf then hands them out as
-    ``bytes``, and cannot write them back). Only string and message fields are read: listing
-    every field would copy each tensor's raw data out of the parsed message."""
+    ``bytes``, and cannot write them back). Messages list only the fields they hold; tensors
+    are read field by field instead, since listing theirs would copy out their raw data."""
+    if message.DESCRIPTOR in _BULKY:
+        return _tensor_has_undecodable_text(message)
+    for field, value in message.ListFields():
+        if field.type == _STRING:
+            if field.is_repeated:
+                try:
+                    "".join(value)  # one C-level pass; bytes among the strings raise
+                except TypeError:
+                    return True
+            elif not isinstance(value, str):
+                return True
+        elif field.type == _MESSAGE:
+            if field.is_repeated:
+                if any(has_undecodable_text(x) for x in value):
+                    return True
+            elif has_undecodable_text(value):
+                return True
+    return False
+
+
+def _tensor_has_undecodable_text(message) -> bool:
     for name, repeated, is_string in _text_fields(message.DESCRIPTOR):
         if is_string:
             value = getattr(message, name)

@@ -9,6 +9,7 @@ are its tensors no heavier than the input's. Each failure is one sentence.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import onnx
@@ -48,10 +49,12 @@ class Fitness:
 
 
 def fitness(proto: ModelProto, external: dict[str, LazyTensor] | None = None, *,
-            tensor_budget: int | None = None, serialized: bytes | None = None) -> Fitness:
+            tensor_budget: int | None = None, serialized: bytes | None = None,
+            meanwhile: Callable[[], object] | None = None) -> Fitness:
     """Run the checks on a model (``external``: its placeholder tensors, read if small;
     ``serialized``: ``proto``'s bytes where the caller has them — a large model's
-    serialization costs as much as a check, so it is made once, see :func:`serialize`)."""
+    serialization costs as much as a check, so it is made once, see :func:`serialize`;
+    ``meanwhile``: called while the checks run in their children, e.g. to stage the write)."""
     weight = None
     size = tensor_bytes(proto, external)
     if tensor_budget is not None and size > tensor_budget + TENSOR_SLACK_BYTES:
@@ -67,7 +70,7 @@ def fitness(proto: ModelProto, external: dict[str, LazyTensor] | None = None, *,
         serialized = serialize(proto)
     if serialized is None or len(serialized) > MAX_CHECKED_BYTES:
         return Fitness(weight=weight, unchecked="it is too large to load twice")
-    return Fitness(weight=weight, **native_checks(proto, serialized))
+    return Fitness(weight=weight, **native_checks(proto, serialized, meanwhile))
 
 
 def serialize(proto: ModelProto, external: dict[str, LazyTensor] | None = None) -> bytes | None:
@@ -82,19 +85,24 @@ def serialize(proto: ModelProto, external: dict[str, LazyTensor] | None = None) 
         return None
 
 
-def native_checks(proto: ModelProto, serialized: bytes) -> dict[str, str | None]:
+def native_checks(proto: ModelProto, serialized: bytes,
+                  meanwhile: Callable[[], object] | None = None) -> dict[str, str | None]:
     """The ONNX checker and ONNX Runtime's load — C++ that a malformed model can crash, so
-    each runs in a forked child (:mod:`onnxopt.isolation`), the two side by side: the load,
-    single-threaded, takes the longer, and the checker's time hides under it."""
+    each runs in a forked child (:mod:`onnxopt.isolation`), the two side by side (the load
+    takes the longer; the checker's time hides under it), and ``meanwhile`` in this process."""
     checker = started(_checker_problem, serialized)
     loads = started(_load_problem, proto, serialized)
     found = {}
-    for name, child, what in (("checker", checker, "the ONNX checker"),
-                              ("loads", loads, "ONNX Runtime")):
-        try:
-            found[name] = child.result()
-        except NativeCrash as e:  # it died on the model: a problem like any other
-            found[name] = f"{what} crashes on it ({e})"
+    try:
+        if meanwhile is not None:
+            meanwhile()
+    finally:  # both children are waited for, whatever ``meanwhile`` did
+        for name, child, what in (("checker", checker, "the ONNX checker"),
+                                  ("loads", loads, "ONNX Runtime")):
+            try:
+                found[name] = child.result()
+            except NativeCrash as e:  # it died on the model: a problem like any other
+                found[name] = f"{what} crashes on it ({e})"
     return found
 
 
@@ -109,8 +117,8 @@ def _checker_problem(serialized: bytes) -> str | None:
 def _load_problem(proto: ModelProto, serialized: bytes) -> str | None:
     try:
         # Default graph optimizations, as a user's session has: ORT's load-time fusions
-        # are part of loading. One thread: the thread count changes none of them.
-        evaluation.session(serialized, threads=1, parsed=proto)
+        # are part of loading.
+        evaluation.session(serialized, parsed=proto)
     except Exception as e:  # noqa: BLE001 - any refusal of ORT's is the answer
         return f"ONNX Runtime cannot load it: {_first_line(e)}"
     return None
