@@ -7,9 +7,8 @@ import time
 from pathlib import Path
 
 import click
-from rich.table import Table
 
-from onnxopt.commands.report import console
+from onnxopt.commands.report import console, new_table
 from onnxopt.errors import UsageError
 from onnxopt.runtime.cuda import compiler, images, metadata
 from onnxopt.select.registry import default_registry
@@ -51,8 +50,7 @@ def kernels(ops: tuple[str, ...], target: str | None, as_json: bool, build: bool
         return
 
 
-    table = Table(title=f"kernel registry ({len(selected)} kernels)", show_edge=False,
-                  title_justify="left", show_lines=False)
+    table = new_table(f"kernel registry ({len(selected)} kernels)")
     for col in ("fused op", "kernel", "backend", "providers"):
         table.add_column(col, no_wrap=True)
     for col in ("dtypes", "needs", "notes"):

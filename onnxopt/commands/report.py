@@ -5,17 +5,29 @@ from __future__ import annotations
 import contextlib
 import sys
 from collections import Counter, defaultdict
-
-from rich.console import Console
-from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
-from rich.table import Table
+from typing import TYPE_CHECKING
 
 from onnxopt.pipeline import OptimizeReport
 from onnxopt.verification import VerifyReport
 
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.table import Table
+
+# rich is imported where something is printed: a quiet run (a CI conversion job's) never
+# prints a table, and importing rich is about 30 ms of every start.
+
 
 def console() -> Console:
+    from rich.console import Console
+
     return Console(highlight=False, soft_wrap=True)
+
+
+def new_table(title: str) -> Table:
+    from rich.table import Table
+
+    return Table(title=title, show_edge=False, title_justify="left")
 
 
 @contextlib.contextmanager
@@ -24,6 +36,9 @@ def stage_progress(enabled: bool = True):
     if not enabled or not sys.stderr.isatty():
         yield lambda _name: None
         return
+
+    from rich.console import Console
+    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
     with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
                   console=Console(stderr=True), transient=True) as bar:
@@ -34,7 +49,7 @@ def stage_progress(enabled: bool = True):
 def print_optimize(report: OptimizeReport, output: str) -> None:
     out = console()
     before, after = report.nodes_before, report.nodes_after
-    table = Table(title="nodes by op", show_edge=False, title_justify="left")
+    table = new_table("nodes by op")
     table.add_column("op")
     table.add_column("before", justify="right")
     table.add_column("after", justify="right")
@@ -69,7 +84,7 @@ def print_fusion(out: Console, report) -> None:
     if not summary:
         out.print("fusion: no candidate regions")
         return
-    table = Table(title="fusion", show_edge=False, title_justify="left")
+    table = new_table("fusion")
     for col in ("rule", "fused", "refused", "partial"):
         table.add_column(col, justify="left" if col == "rule" else "right")
     for rule, entry in summary.items():
@@ -96,7 +111,7 @@ def print_selection(out: Console, report) -> None:
         groups[(s.op, s.chosen.name)].append(s)
     if not groups:
         return
-    table = Table(title="kernels", show_edge=False, title_justify="left")
+    table = new_table("kernels")
     for col in ("fused op", "kernel", "nodes", "chosen by", "not chosen: why"):
         table.add_column(col, justify="right" if col == "nodes" else "left", overflow="fold")
     for (op, chosen), sels in sorted(groups.items()):
@@ -155,7 +170,7 @@ def register_stage_printer(stage: str, printer) -> None:
 
 def print_verify(report: VerifyReport) -> None:
     out = console()
-    table = Table(title="verify", show_edge=False, title_justify="left")
+    table = new_table("verify")
     for col in ("output", "dtype", "max abs", "max rel", "tolerance", "result"):
         table.add_column(col, justify="right" if col.startswith(("max", "tol")) else "left")
     for o in report.outputs:
