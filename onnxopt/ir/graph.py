@@ -305,10 +305,16 @@ class Graph:
 
 
 def _drop_use(value: Value, node: Node, index: int) -> None:
+    """Remove one (reader, input index) from a use list. The newest entry is the usual one (a
+    rewrite rewires what it just wired); otherwise ``list.index`` finds it, comparing in C
+    (nodes by identity): a value read thousands of times — a shape shared by every layer —
+    loses its readers one by one when duplicates of them are merged, and a scan in Python
+    per removal made that quadratic."""
     uses = value._uses
-    for k in range(len(uses) - 1, -1, -1):
-        n, i = uses[k]
-        if n is node and i == index:
-            del uses[k]
-            return
-    raise AssertionError(f"use list of {value.name} lacks ({node.name}, {index})")
+    if uses and uses[-1][0] is node and uses[-1][1] == index:
+        uses.pop()
+        return
+    try:
+        del uses[uses.index((node, index))]
+    except ValueError:
+        raise AssertionError(f"use list of {value.name} lacks ({node.name}, {index})") from None
