@@ -22,6 +22,7 @@ from onnxopt.normalize.elementwise_out_of_split import elementwise_out_of_split
 from onnxopt.normalize.eliminate_common_subexpressions import eliminate_common_subexpressions
 from onnxopt.normalize.eliminate_dead_code import eliminate_dead_code
 from onnxopt.normalize.fold_constants import fold_constants
+from onnxopt.normalize.gemm_unflattened import gemm_unflattened
 from onnxopt.normalize.merge_reshapes import merge_reshapes
 from onnxopt.normalize.remove_noops import remove_noops
 from onnxopt.normalize.rstd_canonical import rstd_canonical
@@ -48,6 +49,7 @@ PASSES: list[tuple[str, Pass]] = [
     ("scale_through_layout", scale_through_layout),
     ("canonical_scale", canonical_scale),
     ("constant_reshape_target", constant_reshape_target),
+    ("gemm_unflattened", gemm_unflattened),
     ("elementwise_out_of_split", elementwise_out_of_split),
     ("merge_reshapes", merge_reshapes),
     ("unmerge_heads", unmerge_heads),
