@@ -81,70 +81,56 @@ def test_a_scaled_product_is_left_alone(check):
     assert result.changes == 0 and "Gemm" in result.ops
 
 
-def test_a_bias_per_row_is_left_alone(check):
-    # [M, 1]-shaped C adds one value per row: not a bias along the last axis.
-    text = _conv1d(bias_shape="[1]", b="0.5")
-    result = check(text, _unflattened)
-    assert result.changes == 1  # [1] broadcasts like a scalar: still a bias on every element
-    text = """
-    g (float[2, 3, 8] x, float[6, 1] c) => (float[2, 3, 6] y) {
-        flat_shape = Constant <value = int64[2] {-1, 8}> ()
-        w = Constant <value = float[8, 6] {WEIGHTS}> ()
-        flat = Reshape (x, flat_shape)
-        mm = Gemm (flat, w, c)
-        target = Constant <value = int64[3] {2, 3, 6}> ()
-        y = Reshape (mm, target)
-    }
-    """.replace("WEIGHTS", W)
+# The same layer with constant targets, its parts given per test (what is not the plain form).
+FIXED = """
+g (float{x} x{extra_input}) => (float{y} y{extra_output}) {{
+    flat_shape = Constant <value = int64[2] {{-1, 8}}> ()
+    w = Constant <value = float[8, 6] {{{w}}}> ()
+    flat = Reshape (x, flat_shape)
+    mm = Gemm ({gemm_inputs})
+    target = Constant <value = int64[3] {{{target}}}> ()
+    y = Reshape (mm, target){extra_node}
+}}
+"""
+
+
+def _fixed(x="[2, 3, 8]", y="[2, 3, 6]", target="2, 3, 6", gemm_inputs="flat, w",
+           extra_input="", extra_output="", extra_node="") -> str:
+    return FIXED.format(x=x, y=y, target=target, gemm_inputs=gemm_inputs, w=W,
+                        extra_input=extra_input, extra_output=extra_output,
+                        extra_node=extra_node)
+
+
+def _left_alone(check, text: str) -> None:
     result = check(text, _unflattened)
     assert result.changes == 0 and "Gemm" in result.ops
+
+
+def test_constant_targets_are_the_same_layer(check):
+    # The plain form of the cases below: each of them differs from it in one thing.
+    assert check(_fixed(), _unflattened).changes == 1
+    assert check(_fixed(extra_input=", float[6] c", gemm_inputs="flat, w, c"),
+                 _unflattened).changes == 1
+
+
+def test_a_bias_per_row_is_left_alone(check):
+    # [1] broadcasts like a scalar: still a bias on every element.
+    assert check(_conv1d(bias_shape="[1]", b="0.5"), _unflattened).changes == 1
+    # [M, 1] adds one value per row: not a bias along the last axis.
+    _left_alone(check, _fixed(extra_input=", float[6, 1] c", gemm_inputs="flat, w, c"))
 
 
 def test_a_flatten_that_does_not_keep_the_last_axis_is_left_alone(check):
-    text = """
-    g (float[2, 4, 4] x) => (float[2, 4, 6] y) {
-        flat_shape = Constant <value = int64[2] {-1, 8}> ()
-        w = Constant <value = float[8, 6] {WEIGHTS}> ()
-        flat = Reshape (x, flat_shape)
-        mm = Gemm (flat, w)
-        target = Constant <value = int64[3] {2, 2, 6}> ()
-        y = Reshape (mm, target)
-    }
-    """.replace("WEIGHTS", W)
-    text = text.replace("float[2, 4, 6] y", "float[2, 2, 6] y")
-    result = check(text, _unflattened)
-    assert result.changes == 0 and "Gemm" in result.ops
+    _left_alone(check, _fixed(x="[2, 4, 4]", y="[2, 2, 6]", target="2, 2, 6"))
 
 
 def test_a_result_split_other_than_by_x_rows_is_left_alone(check):
-    text = """
-    g (float[2, 3, 8] x) => (float[3, 2, 6] y) {
-        flat_shape = Constant <value = int64[2] {-1, 8}> ()
-        w = Constant <value = float[8, 6] {WEIGHTS}> ()
-        flat = Reshape (x, flat_shape)
-        mm = Gemm (flat, w)
-        target = Constant <value = int64[3] {3, 2, 6}> ()
-        y = Reshape (mm, target)
-    }
-    """.replace("WEIGHTS", W)
-    result = check(text, _unflattened)
-    assert result.changes == 0 and "Gemm" in result.ops
+    _left_alone(check, _fixed(y="[3, 2, 6]", target="3, 2, 6"))
 
 
 def test_a_gemm_result_read_twice_is_left_alone(check):
-    text = """
-    g (float[2, 3, 8] x) => (float[2, 3, 6] y, float[6, 6] z) {
-        flat_shape = Constant <value = int64[2] {-1, 8}> ()
-        w = Constant <value = float[8, 6] {WEIGHTS}> ()
-        flat = Reshape (x, flat_shape)
-        mm = Gemm (flat, w)
-        target = Constant <value = int64[3] {2, 3, 6}> ()
-        y = Reshape (mm, target)
-        z = Identity (mm)
-    }
-    """.replace("WEIGHTS", W)
-    result = check(text, _unflattened)
-    assert result.changes == 0 and "Gemm" in result.ops
+    _left_alone(check, _fixed(extra_output=", float[6, 6] z",
+                              extra_node="\n    z = Identity (mm)"))
 
 
 def test_gpt2_torchscript_keeps_no_flattened_gemm():
