@@ -95,11 +95,14 @@ class _Guard:
             found = fitness(result.proto, result.external, serialized=serialized,
                             tensor_budget=result.model.source_tensor_bytes, meanwhile=meanwhile)
             problems = found.problems()
-            if problems:
+            keep = not hold and not problems  # the first attempt, and it passed: written as is
+            if not keep:
                 for f in staged:
                     f.discard()
                 staged.clear()
-            result = dataclasses.replace(result, serialized=serialized,
+            # Only that attempt keeps its bytes: the search's attempts all stay in ``_tried``,
+            # and each one's bytes would be another copy of the weights in memory.
+            result = dataclasses.replace(result, serialized=serialized if keep else None,
                                          staged=staged[0] if staged else None)
             if found.unchecked:
                 self.unchecked[hold] = found.unchecked

@@ -88,6 +88,7 @@ def test_a_result_that_fails_its_checks_leaves_no_staged_file(model, monkeypatch
     out = tmp_path / "o.onnx"
     result = onnxopt.optimize(model, out, target="cpu", return_result=True)
     assert result.report.stages["safeguard"]["held_back"] == ["pass:poison_relu"]
+    assert result.serialized is None and result.staged is None  # the search's results keep none
     assert sorted(p.name for p in tmp_path.iterdir()) == ["o.onnx"]
     written = onnx.load(out)
     assert _loads(written)
