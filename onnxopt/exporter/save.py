@@ -16,7 +16,7 @@ import tempfile
 from onnx import ModelProto, TensorProto, numpy_helper
 
 from onnxopt.errors import UsageError
-from onnxopt.ir.tensor import LazyTensor
+from onnxopt.ir.tensor import LazyTensor, stored_size
 
 # The location the exporter gives an external tensor it has not written yet (its bytes stay
 # where the input had them until save_model streams them to the output's data file).
@@ -97,7 +97,7 @@ def _save(proto: ModelProto, external: dict[str, LazyTensor], path: str, use_ext
           staged: StagedFile | None) -> None:
     tensors = list(_all_initializers(proto))
     if not use_external and not external:
-        inline_size = sum(t.ByteSize() for t in tensors)
+        inline_size = sum(stored_size(t) for t in tensors)  # the 64 MB slack covers headers
         use_external = inline_size > PROTOBUF_LIMIT - (1 << 26)
     data_tmp = data_path = None
     try:
@@ -154,7 +154,7 @@ def _write_data_file(tensors: list[TensorProto], external: dict[str, LazyTensor]
                 continue
             if _is_placeholder(t):
                 chunks = external[t.name].raw_chunks()
-            elif move_large and t.data_location != TensorProto.EXTERNAL and _raw_size(t) >= EXTERNAL_THRESHOLD:
+            elif move_large and t.data_location != TensorProto.EXTERNAL and stored_size(t) >= EXTERNAL_THRESHOLD:
                 data = _readable_bytes(t)
                 if data is None:
                     continue  # numbers onnxopt cannot read (segments, an unknown type): as they were
@@ -192,10 +192,6 @@ def _source_size(tensor: LazyTensor) -> int:
 def _is_placeholder(t: TensorProto) -> bool:
     return t.data_location == TensorProto.EXTERNAL and any(
         e.key == "location" and e.value == EXTERNAL_MARK for e in t.external_data)
-
-
-def _raw_size(t: TensorProto) -> int:
-    return len(t.raw_data) if t.HasField("raw_data") else t.ByteSize()
 
 
 def _raw_bytes(t: TensorProto) -> bytes:

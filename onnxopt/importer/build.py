@@ -38,7 +38,7 @@ from onnxopt.ir.model import Model
 from onnxopt.ir.node import STANDARD_DOMAINS, Attr, Node
 from onnxopt.ir.opset_spelling import make_opaque, upgrade
 from onnxopt.ir.semantics import annotate
-from onnxopt.ir.tensor import LazyTensor
+from onnxopt.ir.tensor import LazyTensor, stored_size
 from onnxopt.ir.value import Shape, Value
 from onnxopt.isolation import NativeCrash, isolated
 
@@ -459,9 +459,7 @@ def _drop_weights(proto: ModelProto) -> None:
         g = stack.pop()
         del g.value_info[:]
         for t in g.initializer:
-            # The raw data's length, not ByteSize (which serializes the tensor to count it).
-            size = len(t.raw_data) if t.HasField("raw_data") else t.ByteSize()
-            if t.data_location != TensorProto.EXTERNAL and size > 4096:
+            if t.data_location != TensorProto.EXTERNAL and stored_size(t) > 4096:
                 for field in ("raw_data", "float_data", "int32_data", "int64_data",
                               "double_data", "uint64_data", "string_data"):
                     t.ClearField(field)

@@ -20,7 +20,7 @@ from onnx import ModelProto, SparseTensorProto, TensorProto
 from onnxopt.errors import ModelError, UsageError
 from onnxopt.ir.dtypes import dtype_name, numpy_dtype
 from onnxopt.ir.node import STANDARD_DOMAINS
-from onnxopt.ir.tensor import ExternalLocation, LazyTensor
+from onnxopt.ir.tensor import ExternalLocation, LazyTensor, stored_size
 
 _STRING, _MESSAGE = FieldDescriptor.TYPE_STRING, FieldDescriptor.TYPE_MESSAGE
 _BULKY = (TensorProto.DESCRIPTOR, SparseTensorProto.DESCRIPTOR)  # raw data: not to be listed
@@ -260,7 +260,7 @@ def tensor_bytes(proto: ModelProto, external: dict | None = None) -> int:
             except ValueError:
                 continue  # a malformed length: import refuses the file with a reason
         else:
-            total += len(t.raw_data) if t.HasField("raw_data") else t.ByteSize()
+            total += stored_size(t)
     return total
 
 

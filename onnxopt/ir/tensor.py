@@ -19,6 +19,13 @@ from onnxopt.errors import ModelError
 from onnxopt.ir.dtypes import dtype_name, from_numpy, numpy_dtype
 
 
+def stored_size(t: TensorProto) -> int:
+    """Bytes a TensorProto's numbers take in the message: its raw data's length, else the
+    message's size (typed fields). Not ``ByteSize`` for raw data: upb serializes the tensor
+    to count it."""
+    return len(t.raw_data) if t.HasField("raw_data") else t.ByteSize()
+
+
 @dataclass(frozen=True, slots=True)
 class ExternalLocation:
     """Where an external tensor's bytes lie: an already-validated absolute path, offset, length."""

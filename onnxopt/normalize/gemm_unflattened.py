@@ -5,8 +5,8 @@
 Both PyTorch exporters write GPT-2's ``Conv1D`` (and any ``addmm`` over a view) so: the
 rows of ``x`` ``[d0, ..., dn-2, K]`` are merged into one axis for the Gemm and split back
 after it, the second Reshape reading its target from ``x``'s shape at run time. ``MatMul``
-takes the leading axes as they are, so the two Reshapes and the shape arithmetic they need
-are one op less each per linear layer, and every value keeps dims ONNX Runtime can name
+takes the leading axes as they are: the two Reshapes and their shape arithmetic go, and
+every value keeps dims ONNX Runtime can name
 (its allocation planner is markedly slower on values whose dims it cannot name).
 
 Exact: a Reshape keeps element order, so ``[M, K]`` with ``x``'s ``K`` last holds ``x``'s
@@ -67,7 +67,7 @@ def _flattened_linear(gemm: Node) -> tuple[Node, Node, Value] | None:
     x = flatten.input(0)
     if x is None or x.shape is None or len(x.shape) < 3 or a.shape is None or len(a.shape) != 2:
         return None
-    if not sd.same(a.shape[1], x.shape[-1]) or a.shape[1] is None:
+    if not sd.same(a.shape[1], x.shape[-1]):
         return None  # the flatten must merge rows only, keeping x's last axis
     if weight is None or weight.shape is None or len(weight.shape) != 2:
         return None
@@ -83,7 +83,7 @@ def _flattened_linear(gemm: Node) -> tuple[Node, Node, Value] | None:
         return None
     want = (*x.shape[:-1], n)
     got = unflatten.outputs[0].shape
-    if got is None or len(got) != len(want) or None in want:
+    if got is None or len(got) != len(want):
         return None
     if not all(sd.same(g, w) for g, w in zip(got, want)):
         return None

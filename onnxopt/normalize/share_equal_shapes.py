@@ -25,7 +25,7 @@ from __future__ import annotations
 from onnxopt.ir.edit import replace_value
 from onnxopt.ir.model import Model
 from onnxopt.ir.value import Value
-from onnxopt.normalize._common import all_graphs
+from onnxopt.normalize._common import all_graphs, known_shape, static_shape
 
 _INTEGER_TYPES = frozenset({"int64", "int32"})
 
@@ -41,7 +41,7 @@ def share_equal_shapes(model: Model) -> int:
                 if key is None:
                     continue
                 kept = first.setdefault(key, value)
-                if kept is not value and value._uses and replace_value(graph, value, kept):
+                if kept is not value and value.num_uses and replace_value(graph, value, kept):
                     shared += 1
     return shared
 
@@ -50,9 +50,6 @@ def _contents_key(value: Value | None) -> tuple | None:
     """(dtype, shape, contents) of a computed integer value known in full, else ``None``."""
     if value is None or value.const is not None or value.dtype not in _INTEGER_TYPES:
         return None
-    shape, sym = value.shape, value.sym
-    if shape is None or sym is None or any(not isinstance(d, int) for d in shape):
+    if not static_shape(value.shape) or not known_shape(value.sym):
         return None
-    if any(d is None for d in sym):
-        return None
-    return (value.dtype, tuple(shape), tuple(sym))
+    return (value.dtype, tuple(value.shape), tuple(value.sym))
