@@ -17,6 +17,7 @@ from typing import Any
 import onnx
 import onnxruntime as ort
 
+from onnxopt.exporter.serialize import model_bytes
 from onnxopt.runtime import session as bridge_session
 
 QUIET = 4  # ORT's "fatal only" severity
@@ -68,7 +69,7 @@ def session(model: str | os.PathLike | bytes | onnx.ModelProto,
         return bridge_session(source, providers=providers, sess_options=opts)
     source = (os.fspath(model) if isinstance(model, (str, os.PathLike))
               else bytes(model) if isinstance(model, (bytes, bytearray))
-              else proto.SerializeToString())
+              else model_bytes(proto))
     return ort.InferenceSession(source, opts, providers=providers)
 
 

@@ -16,6 +16,7 @@ import tempfile
 from onnx import ModelProto, TensorProto, numpy_helper
 
 from onnxopt.errors import UsageError
+from onnxopt.exporter.serialize import model_bytes
 from onnxopt.ir.tensor import LazyTensor, stored_size
 
 # The location the exporter gives an external tensor it has not written yet (its bytes stay
@@ -111,7 +112,7 @@ def _save(proto: ModelProto, external: dict[str, LazyTensor], path: str, use_ext
         try:
             with os.fdopen(os.open(model_tmp, os.O_WRONLY | os.O_TRUNC), "wb") as f:
                 inline = serialized is not None and data_path is None
-                f.write(serialized if inline else proto.SerializeToString())
+                f.write(serialized if inline else model_bytes(proto))
             if data_tmp is not None:
                 os.replace(data_tmp, data_path)
                 data_tmp = None

@@ -444,8 +444,9 @@ def _inferred_graph(proto: ModelProto) -> bytes | None:
     first drops its copy's large initializer data (inference reads only small tensors such
     as shape vectors, and the graph it sends back then carries no weights). The declared
     types of intermediate values are dropped too: inference would start from them, and a
-    wrong declared rank would then come back as if inferred; they are merged in after."""
-    _drop_weights(proto)
+    wrong declared rank would then come back as if inferred; they are merged in after. So
+    are declared dims of negative size (:func:`_forget_negative_dims`)."""
+    _strip_for_inference(proto)
     try:
         inferred = onnx.shape_inference.infer_shapes(proto, strict_mode=False)
     except Exception:  # noqa: BLE001 - shape inference is a hint
@@ -453,11 +454,12 @@ def _inferred_graph(proto: ModelProto) -> bytes | None:
     return inferred.graph.SerializeToString()
 
 
-def _drop_weights(proto: ModelProto) -> None:
+def _strip_for_inference(proto: ModelProto) -> None:
     stack = [proto.graph]
     while stack:
         g = stack.pop()
         del g.value_info[:]
+        _forget_negative_dims(g)
         for t in g.initializer:
             if t.data_location != TensorProto.EXTERNAL and stored_size(t) > 4096:
                 for field in ("raw_data", "float_data", "int32_data", "int64_data",
@@ -470,6 +472,17 @@ def _drop_weights(proto: ModelProto) -> None:
                 if a.HasField("g"):
                     stack.append(a.g)
                 stack.extend(a.graphs)
+
+
+def _forget_negative_dims(g: GraphProto) -> None:
+    """A declared dim of negative size means nothing is known (:func:`type_of`), but onnx's
+    inference computes with it: a Conv over a width of -1 comes out 0 wide, and the 0 would
+    come back as if inferred (and fold a Reshape target to a constant). It is cleared."""
+    for vi in (*g.input, *g.output):
+        if vi.type.HasField("tensor_type"):
+            for d in vi.type.tensor_type.shape.dim:
+                if d.HasField("dim_value") and d.dim_value < 0:
+                    d.ClearField("dim_value")
 
 
 _CONSTANT_ATTRIBUTES = frozenset({"value", "value_float", "value_floats", "value_int",

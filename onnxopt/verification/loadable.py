@@ -17,6 +17,7 @@ from onnx import ModelProto
 
 from onnxopt import evaluation
 from onnxopt.exporter.save import inline_external
+from onnxopt.exporter.serialize import model_bytes
 from onnxopt.importer.load import tensor_bytes
 from onnxopt.ir.tensor import LazyTensor
 from onnxopt.isolation import NativeCrash, started
@@ -80,7 +81,7 @@ def serialize(proto: ModelProto, external: dict[str, LazyTensor] | None = None) 
     if external or tensor_bytes(proto) > MAX_CHECKED_BYTES:
         return None
     try:
-        return proto.SerializeToString()
+        return model_bytes(proto)
     except ValueError:
         return None
 

@@ -100,6 +100,9 @@ FOUND = {
         "m19-3561", "t5enc.ts", 28199578,
         [["attr_type", 4206549486], ["local_function", 603217093], ["attr_int", 3144762765]],
         False),
+    "conv_over_a_negative_declared_width": _mutant(
+        "m24-370", "diffusion.ts", 2930054,
+        [["init_duplicate", 2378843137], ["input_shape", 4004676482]], False),
 }
 
 

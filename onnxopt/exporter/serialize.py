@@ -1,0 +1,72 @@
+"""A model's bytes, with its weights spliced in rather than encoded with the whole message.
+
+protobuf's encoder writes one large message slowly: serializing a 78 MB GPT-2 in one call
+took 0.18–0.22 s, while serializing its initializers one by one took 0.02–0.07 s (upb
+encodes a nested message into a buffer that it grows and copies as the message grows).
+Protobuf's wire format lets a message's fields come in any order, and a repeated field's
+elements are read in the order they come. So the bytes are put together here: the model
+without its graph, the graph field's tag and length, the graph without its initializers,
+then each initializer as its own field. Any parser reads the same model from these bytes
+as from ``SerializeToString``'s. Only the order of fields differs.
+"""
+
+from __future__ import annotations
+
+from google.protobuf.message import Message
+from google.protobuf.unknown_fields import UnknownFieldSet
+from onnx import GraphProto, ModelProto
+
+# protobuf refuses to parse (and to write) a message of 2 GB or more.
+PROTOBUF_MAX_BYTES = (1 << 31) - 1
+_LENGTH_DELIMITED = 2
+
+
+def model_bytes(proto: ModelProto) -> bytes:
+    """``proto.SerializeToString()``, faster for a model with large initializers; the same
+    ``ValueError`` above protobuf's 2 GB."""
+    graph = proto.graph
+    if (not proto.HasField("graph") or not len(graph.initializer)
+            or len(UnknownFieldSet(proto)) or len(UnknownFieldSet(graph))):
+        return proto.SerializeToString()  # nothing to splice, or fields only the encoder keeps
+    initializer_tag = _tag(GraphProto.INITIALIZER_FIELD_NUMBER)
+    parts = [_without(graph, "initializer").SerializeToString()]
+    for tensor in graph.initializer:
+        data = tensor.SerializeToString()
+        parts += (initializer_tag, _varint(len(data)), data)
+    graph_size = sum(len(p) for p in parts)
+    head = _without(proto, "graph").SerializeToString()
+    header = (head, _tag(ModelProto.GRAPH_FIELD_NUMBER), _varint(graph_size))
+    if graph_size + sum(len(p) for p in header) > PROTOBUF_MAX_BYTES:
+        raise ValueError("the model is larger than protobuf's 2 GB limit")
+    return b"".join((*header, *parts))
+
+
+def _without(message: Message, skipped: str) -> Message:
+    """A copy of ``message`` holding every field it sets but ``skipped``."""
+    copy = type(message)()
+    for field, value in message.ListFields():
+        if field.name == skipped:
+            continue
+        if field.is_repeated:
+            getattr(copy, field.name).extend(value)
+        elif field.type == field.TYPE_MESSAGE:
+            getattr(copy, field.name).CopyFrom(value)
+        else:
+            setattr(copy, field.name, value)
+    return copy
+
+
+def _tag(field_number: int) -> bytes:
+    return _varint(field_number << 3 | _LENGTH_DELIMITED)
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        low = n & 0x7F
+        n >>= 7
+        if n:
+            out.append(low | 0x80)
+        else:
+            out.append(low)
+            return bytes(out)

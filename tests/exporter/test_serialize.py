@@ -1,0 +1,75 @@
+"""model_bytes: the same model as SerializeToString, its initializers spliced in."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import ModelProto, helper, numpy_helper
+
+from onnxopt.evaluation import session
+from onnxopt.exporter import serialize
+from onnxopt.exporter.serialize import model_bytes
+
+IR_VERSION = 10
+
+
+def _model(sizes: list[int]) -> ModelProto:
+    """x + w0 + w1 + …, one initializer per size (lengths around varint's byte boundaries)."""
+    inits, nodes, last = [], [], "x"
+    for k, n in enumerate(sizes):
+        inits.append(numpy_helper.from_array(np.arange(n, dtype=np.float32), f"w{k}"))
+    for k, _ in enumerate(sizes):
+        out = f"y{k}" if k < len(sizes) - 1 else "y"
+        nodes.append(helper.make_node("Add", [last, f"w{k}"], [out]))
+        last = out
+    n = sizes[0]
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [n])],
+        [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [n])], inits,
+        doc_string="after the initializers in field order")
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)],
+                              producer_name="test", doc_string="model doc")
+    model.ir_version = IR_VERSION
+    model.metadata_props.add(key="k", value="v")
+    return model
+
+
+@pytest.mark.parametrize("size", [1, 31, 32, 4096, 40000])
+def test_reads_back_as_the_same_model(size):
+    model = _model([size] * 3)
+    data = model_bytes(model)
+    again = ModelProto()
+    again.ParseFromString(data)
+    assert again == model
+    assert len(data) == len(model.SerializeToString())
+    onnx.checker.check_model(data)
+    x = np.ones(size, dtype=np.float32)
+    (y,) = session(data).run(None, {"x": x})
+    np.testing.assert_array_equal(y, x + 3 * np.arange(size, dtype=np.float32))
+
+
+def test_model_without_initializers_is_serialized_as_protobuf_does():
+    model = _model([4])
+    del model.graph.initializer[:]
+    assert model_bytes(model) == model.SerializeToString()
+
+
+def test_unknown_fields_are_kept():
+    model = _model([4])
+    extended = ModelProto()
+    extended.ParseFromString(model.SerializeToString() + b"\xf8\x07\x05")  # field 127 = 5
+    assert model_bytes(extended) == extended.SerializeToString()
+
+
+def test_over_protobufs_limit_is_the_same_value_error(monkeypatch):
+    monkeypatch.setattr(serialize, "PROTOBUF_MAX_BYTES", 1000)
+    with pytest.raises(ValueError, match="2 GB"):
+        model_bytes(_model([4096]))
+
+
+@pytest.mark.parametrize("n", [0, 1, 127, 128, 16383, 16384, 2**31 - 1])
+def test_varint(n):
+    from google.protobuf.internal.encoder import _VarintBytes
+
+    assert serialize._varint(n) == _VarintBytes(n)
