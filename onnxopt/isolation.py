@@ -51,9 +51,19 @@ class Child:
             return value
         raise value
 
+    def cancel(self) -> None:
+        """Stop the child (its answer is no longer wanted) and reap it."""
+        try:
+            os.kill(self._pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass  # it had finished
+        os.waitpid(self._pid, 0)
+        os.close(self._read_end)
 
-class _Done:
-    """What :func:`started` gives where there is no ``fork``: the call, already made."""
+
+class Done:
+    """What :func:`started` gives where there is no ``fork``: the call, made when its result
+    is asked for."""
 
     def __init__(self, fn: Callable[..., Any], args: tuple) -> None:
         self._fn, self._args = fn, args
@@ -61,12 +71,15 @@ class _Done:
     def result(self) -> Any:
         return self._fn(*self._args)
 
+    def cancel(self) -> None:
+        """Nothing runs before :meth:`result` is asked for."""
 
-def started(fn: Callable[..., T], *args: Any) -> Child | _Done:
+
+def started(fn: Callable[..., T], *args: Any) -> Child | Done:
     """Start ``fn(*args)`` in a forked child and return at once; ``.result()`` is what
     :func:`isolated` returns. Where ``fork`` does not exist the call runs when asked for."""
     if not hasattr(os, "fork"):
-        return _Done(fn, args)
+        return Done(fn, args)
     read_end, write_end = os.pipe()
     pid = os.fork()
     if pid == 0:  # the child: compute, send, and leave without running the parent's cleanup

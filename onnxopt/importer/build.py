@@ -40,7 +40,7 @@ from onnxopt.ir.opset_spelling import make_opaque, upgrade
 from onnxopt.ir.semantics import annotate
 from onnxopt.ir.tensor import LazyTensor, stored_size
 from onnxopt.ir.value import Shape, Value
-from onnxopt.isolation import NativeCrash, isolated
+from onnxopt.isolation import Child, Done, NativeCrash, started
 
 
 def import_model(source: str | ModelProto, *, infer_shapes: bool = True) -> Model:
@@ -52,11 +52,14 @@ def import_model(source: str | ModelProto, *, infer_shapes: bool = True) -> Mode
             proto = ModelProto()
             proto.CopyFrom(source)  # the caller's proto stays as it was
             fix_undecodable_text(proto)
+        text_checked = True
     else:
         path = os.fspath(source)
-        proto, label, base_dir = read_model_proto(path), path, os.path.dirname(os.path.abspath(path))
+        proto, label, base_dir = (read_model_proto(path, fix_text=False), path,
+                                  os.path.dirname(os.path.abspath(path)))
+        text_checked = False  # the proto is onnxopt's own: fixed in place, if need be
     with _gc_paused():
-        return _Importer(label, base_dir).run(proto, infer_shapes)
+        return _Importer(label, base_dir).run(proto, infer_shapes, text_checked)
 
 
 @contextlib.contextmanager
@@ -108,12 +111,21 @@ class _Importer:
         self._path: tuple = ()
         self.opset = 0
 
-    def run(self, proto: ModelProto, infer_shapes: bool) -> Model:
+    def run(self, proto: ModelProto, infer_shapes: bool, text_checked: bool = True) -> Model:
         self.opset = onnx_opset(proto)
-        if infer_shapes:
-            self._collect_inferred_shapes(proto)
-        self._collect_value_info(proto.graph, (), _ranks_declared(proto.graph))
+        hint = started(_inferred_graph, proto) if infer_shapes else None
+        # While onnx's inference runs in its child, what needs no inferred type is done here.
+        if not text_checked and has_undecodable_text(proto):
+            fix_undecodable_text(proto)
+            if hint is not None:  # it was handed the text protobuf cannot write: again
+                hint.cancel()
+                hint = started(_inferred_graph, proto)
         declared = set(_declared_names(proto.graph))
+        ranks_declared = _ranks_declared(proto.graph)
+        source_tensor_bytes = tensor_bytes(proto)
+        if hint is not None:
+            self._collect_inferred_shapes(hint)
+        self._collect_value_info(proto.graph, (), ranks_declared)
         graph = self._graph(proto.graph, _Scope(), NameScope(), parent=None, path=())
         return Model(
             graph=graph,
@@ -130,15 +142,16 @@ class _Importer:
             had_external_data=self.had_external,
             declared_value_info=declared,
             declared_outputs={o.name: type_of(o.type)[1] for o in proto.graph.output},
-            source_tensor_bytes=tensor_bytes(proto),
+            source_tensor_bytes=source_tensor_bytes,
         )
 
     # --- shapes ---------------------------------------------------------------------------------
-    def _collect_inferred_shapes(self, proto: ModelProto) -> None:
-        """onnx's shape inference, in a forked child: it is a hint, and on some malformed
-        models (a negative GatherND ``batch_dims``) its C++ code segfaults."""
+    def _collect_inferred_shapes(self, hint: Child | Done) -> None:
+        """onnx's shape inference, computed in a forked child (:func:`_inferred_graph`): it is
+        a hint, and on some malformed models (a negative GatherND ``batch_dims``) its C++ code
+        segfaults."""
         try:
-            inferred = isolated(_inferred_graph, proto)
+            inferred = hint.result()
         except NativeCrash:
             return
         if inferred is not None:

@@ -32,8 +32,10 @@ def max_opset() -> int:
     return onnx.defs.onnx_opset_version()
 
 
-def read_model_proto(path: str) -> ModelProto:
-    """Parse ``path`` without loading external data; raise a one-line error on failure."""
+def read_model_proto(path: str, *, fix_text: bool = True) -> ModelProto:
+    """Parse ``path`` without loading external data; raise a one-line error on failure.
+    ``fix_text=False`` leaves text that is not UTF-8 to the caller (the importer looks for it
+    while onnx's shape inference runs in its child)."""
     if not os.path.exists(path):
         raise UsageError(f"{path}: no such file")
     if os.path.isdir(path):
@@ -43,7 +45,7 @@ def read_model_proto(path: str) -> ModelProto:
             data = f.read()
     except OSError as e:
         raise ModelError(f"{path}: cannot read: {e.strerror}") from e
-    return parse_model_bytes(data, path)
+    return parse_model_bytes(data, path, fix_text=fix_text)
 
 
 def read_model_with_data(path: str) -> ModelProto:
@@ -62,7 +64,7 @@ def read_model_with_data(path: str) -> ModelProto:
     return proto
 
 
-def parse_model_bytes(data: bytes, label: str) -> ModelProto:
+def parse_model_bytes(data: bytes, label: str, *, fix_text: bool = True) -> ModelProto:
     if not data:
         raise ModelError(f"{label}: empty file, not an ONNX model")
     model = ModelProto()
@@ -74,7 +76,7 @@ def parse_model_bytes(data: bytes, label: str) -> ModelProto:
     if not model.HasField("graph"):
         raise ModelError(f"{label}: not an ONNX model (no graph in the protobuf)")
     check_versions(model, label)
-    if has_undecodable_text(model):
+    if fix_text and has_undecodable_text(model):
         fix_undecodable_text(model)
     return model
 

@@ -51,3 +51,17 @@ def test_each_occurrence_decodes_to_the_same_name(where):
         assert proto.graph.node[0].output[0] == proto.graph.node[1].input[0] == text
     else:
         assert proto.graph.initializer[0].name == proto.graph.node[0].input[1] == text
+
+
+@pytest.mark.parametrize("where", ["value", "node"])
+def test_imported_from_a_file_with_inferred_shapes(where, tmp_path):
+    """Read from a file, the text is fixed while onnx's inference runs in its child; that child
+    was handed the unfixed proto (which protobuf cannot write back), so it is started again on
+    the fixed one, and the intermediate value still gets its inferred shape."""
+    from onnxopt.importer.build import import_model
+
+    path = tmp_path / "m.onnx"
+    path.write_bytes(_model(where))
+    model = import_model(str(path))
+    (add,) = [n for n in model.graph if n.op_type == "Add"]
+    assert add.outputs[0].shape == (2,)
