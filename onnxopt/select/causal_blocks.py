@@ -18,11 +18,18 @@ hidden score exceeds the row's visible maximum by some 9,900, far beyond any
 attention score), and dropping it changes nothing. A row whose every key is
 hidden (left padding; a sliding window over padding) is different: its Softmax
 spreads over the *whole* row — uniform with a float-minimum mask, NaN with
-``-inf`` — which a block cannot reproduce. So the emitted ``If`` takes the
-blocks only when every row of the mask has a visible key (one reduction over
-the mask, which broadcasts over heads and is shared by all layers),
-``Skv ≥ Sq`` and ``Sq ≥ MIN_SEQUENCE``; otherwise it runs the lean
+``-inf`` — which a block cannot reproduce. So the blocks are taken only when
+every row of the mask has a visible key (one reduction over the mask, which
+broadcasts over heads and is shared by all layers), ``Skv ≥ Sq`` and
+``Sq ≥ MIN_SEQUENCE``; otherwise there is one block, the whole rows: the lean
 decomposition of the whole node, exactly as before.
+
+Form. The blocks are the iterations of one ``Loop`` whose body holds the one copy of
+the attention, its trip count (1, 4 or 8) computed at run time: ONNX Runtime's session
+creation pays for every node of every subgraph, and an ``If`` between the whole rows
+and a copy per block and per tier (13 copies of the attention per layer) made a
+6-layer LLaMA's output twice as slow to load as the model itself. In one Loop it loads
+as fast as the original, and runs as fast as the copies did (within 2%).
 """
 
 from __future__ import annotations
@@ -34,6 +41,7 @@ from onnxopt.ir.builder import NodeBuilder
 from onnxopt.ir.dtypes import numpy_dtype
 from onnxopt.ir.graph import Graph
 from onnxopt.ir.node import Attr, Node
+from onnxopt.ir.tensor import LazyTensor
 from onnxopt.ir.value import Value
 from onnxopt.legality.mask import MASKED
 from onnxopt.ops.norms import reduce_last
@@ -74,38 +82,57 @@ def _emit(b: NodeBuilder, node: Node, target) -> list[Value]:
                        b.op("Not", b.op("Less", skv, sq)))
     take_blocks = b.op("And", take_blocks, _every_row_sees_a_key(b, mask))
 
-    blocks = _branch(b, "causal_blocks")
-    out = _tiered(blocks, node, q, k, v, mask, sq, skv, TIERS)
+    count = i64(b, [TIERS[0][1]], "blocks")
+    for fewest, blocks in TIERS[1:]:
+        count = b.op("Where", b.op("Less", sq, i64(b, [fewest], "tier_seq")), count,
+                     i64(b, [blocks], "blocks"))
+    count = b.op("Where", take_blocks, count, i64(b, [1], "one_block"))  # one block: whole rows
+    out = _looped(b, node, q, k, v, mask, sq, skv, count)
     if node.attr("nan_to_zero", 0):
-        out = zero_nan(blocks, out, dtype)
-    blocks.graph.set_outputs([out])
-
-    whole = _branch(b, "whole_rows")
-    out = lean_attention(whole, node, q, k, v, mask)
-    if node.attr("nan_to_zero", 0):
-        out = zero_nan(whole, out, dtype)
-    whole.graph.set_outputs([out])
-    return [_if(b, take_blocks, blocks, whole, dtype)]
+        out = zero_nan(b, out, dtype)
+    return [out]
 
 
-def _tiered(b: NodeBuilder, node: Node, q, k, v, mask, sq, skv, tiers) -> Value:
-    """The blocks of the first tier, or (an If on the length) those of a later one."""
-    (_, count), rest = tiers[0], tiers[1:]
-    if not rest:
-        return _blocked(b, node, q, k, v, mask, sq, skv, count)
-    longer = _branch(b, f"blocks_from_{rest[0][0]}")
-    longer.graph.set_outputs([_tiered(longer, node, q, k, v, mask, sq, skv, rest)])
-    shorter = _branch(b, f"{count}_blocks")
-    shorter.graph.set_outputs([_blocked(shorter, node, q, k, v, mask, sq, skv, count)])
-    is_longer = b.op("Not", b.op("Less", sq, i64(b, [rest[0][0]], "tier_seq")))
-    return _if(b, is_longer, longer, shorter, q.dtype or "float32")
+def _looped(b: NodeBuilder, node: Node, q, k, v, mask, sq, skv, count: Value) -> Value:
+    """The queries in ``count`` row blocks, one per iteration of a Loop whose body holds the
+    one copy of the attention: block ``i`` sees the keys up to its last row, and its rows are
+    appended to the result."""
+    dtype = q.dtype or "float32"
+    offset = b.op("Sub", skv, sq)  # a cache's keys precede the queries (bottom-right diagonal)
+    # No rows yet: [B, H, 0, Dv], the heads of Q and the features of V.
+    heads = b.op("Slice", b.op("Shape", q), i64(b, [0], "zero"), i64(b, [2], "two"))
+    features = b.op("Slice", b.op("Shape", v), i64(b, [-1], "last"), i64(b, [INT64_MAX], "end"))
+    empty = b.op("ConstantOfShape", b.op("Concat", heads, i64(b, [0], "zero"), features, axis=0),
+                 value=LazyTensor.from_array(np.zeros(1, numpy_dtype(dtype))))
+    empty.dtype = dtype
 
+    body = _subgraph(b, "block")
+    step = body.graph.add_input(body.graph.names.fresh(f"{b.created_by}/block_index"),
+                                "int64", ())
+    go_on = body.graph.add_input(body.graph.names.fresh(f"{b.created_by}/go_on"), "bool", ())
+    done = body.graph.add_input(body.graph.names.fresh(f"{b.created_by}/rows_done"), dtype,
+                                _result_rows(q.shape, v.shape))
+    index = body.op("Unsqueeze", step, i64(body, [0], "zero"))
+    start = body.op("Div", body.op("Mul", sq, index), count)
+    end = body.op("Div", body.op("Mul", sq, body.op("Add", index, i64(body, [1], "one"))),
+                  count)  # the last block ends at sq exactly
+    key_end = body.op("Add", end, offset)
+    q_block = body.op("Slice", q, start, end, i64(body, [-2], "seq_axis"))
+    k_block = body.op("Slice", k, i64(body, [0], "zero"), key_end, i64(body, [-2], "seq_axis"))
+    v_block = body.op("Slice", v, i64(body, [0], "zero"), key_end, i64(body, [-2], "seq_axis"))
+    for block, whole in ((q_block, q), (k_block, k), (v_block, v)):
+        block.dtype, block.shape = whole.dtype, _rows_unknown(whole.shape)
+    m_block = body.op("Slice", mask, body.op("Concat", start, i64(body, [0], "zero"), axis=0),
+                      body.op("Concat", end, key_end, axis=0),
+                      i64(body, [-2, -1], "mask_axes"))
+    rows = lean_attention(body, node, q_block, k_block, v_block, m_block)
+    body.graph.set_outputs([body.op("Identity", go_on),
+                            body.op("Concat", done, rows, axis=-2)])
 
-def _if(b: NodeBuilder, condition: Value, then: NodeBuilder, otherwise: NodeBuilder,
-        dtype: str) -> Value:
-    result = b.op("If", condition, then_branch=Attr(AttributeProto.GRAPH, then.graph),
-                  else_branch=Attr(AttributeProto.GRAPH, otherwise.graph))
-    then.graph.parent = otherwise.graph.parent = result.producer
+    trips = b.op("Squeeze", count, i64(b, [0], "zero"))
+    result = b.op("Loop", trips, b.const(np.array(True), "keep_going"), empty,
+                  body=Attr(AttributeProto.GRAPH, body.graph))
+    body.graph.parent = result.producer
     result.dtype = dtype
     return result
 
@@ -117,36 +144,16 @@ def _every_row_sees_a_key(b: NodeBuilder, mask: Value) -> Value:
                 b.const(np.array(MASKED, numpy_dtype(mask.dtype or "float32")), "masked"))
 
 
-def _branch(b: NodeBuilder, name: str) -> NodeBuilder:
+def _subgraph(b: NodeBuilder, name: str) -> NodeBuilder:
     graph = Graph(b.graph.names.fresh(f"{b.created_by}/{name}"), names=b.graph.names)
     return NodeBuilder(graph, None, b.created_by, opset=b.opset)
 
 
-def _blocked(b: NodeBuilder, node: Node, q, k, v, mask, sq, skv, count: int) -> Value:
-    """The queries in ``count`` row blocks, each against the keys up to its last row."""
-    offset = b.op("Sub", skv, sq)  # a cache's keys precede the queries (bottom-right diagonal)
-    ends = [b.op("Div", b.op("Mul", sq, i64(b, [i], "block")), i64(b, [count], "blocks"))
-            for i in range(1, count)]
-    starts = [i64(b, [0], "zero"), *ends]
-    outs = []
-    for i, start in enumerate(starts):
-        last = i == count - 1
-        row_end = i64(b, [INT64_MAX], "to_end") if last else ends[i]
-        q_block = b.op("Slice", q, start, row_end, i64(b, [-2], "seq_axis"))
-        q_block.dtype, q_block.shape = q.dtype, _rows_unknown(q.shape)
-        if last:  # the last block sees every key: no copy of K and V
-            k_block, v_block = k, v
-            m_block = b.op("Slice", mask, start, row_end, i64(b, [-2], "row_axis"))
-        else:
-            key_end = b.op("Add", ends[i], offset)
-            k_block = b.op("Slice", k, i64(b, [0], "zero"), key_end, i64(b, [-2], "seq_axis"))
-            v_block = b.op("Slice", v, i64(b, [0], "zero"), key_end, i64(b, [-2], "seq_axis"))
-            for block, whole in ((k_block, k), (v_block, v)):
-                block.dtype, block.shape = whole.dtype, _rows_unknown(whole.shape)
-            m_block = b.op("Slice", mask, b.op("Concat", start, i64(b, [0], "zero"), axis=0),
-                           b.op("Concat", ends[i], key_end, axis=0), i64(b, [-2, -1], "mask_axes"))
-        outs.append(lean_attention(b, node, q_block, k_block, v_block, m_block))
-    return b.op("Concat", *outs, axis=-2)
+def _result_rows(q_shape, v_shape):
+    """The shape of some rows of the result: Q's batch and heads, V's features."""
+    if q_shape is None or v_shape is None:
+        return None
+    return (*q_shape[:2], None, v_shape[-1])
 
 
 def _rows_unknown(shape):
@@ -159,10 +166,10 @@ def causal_block_kernels() -> list[Kernel]:
         name="decompose.AttentionFused.causal_blocks", implements="AttentionFused",
         backend="decompose", emit=_emit, providers=CPU, min_opset=13, requires=_requires,
         cost=0.9, switch_seq=MIN_SEQUENCE,
-        notes="causal attention in query blocks, masked keys skipped (If: at least "
-              f"{MIN_SEQUENCE} queries and a visible key in every mask row; "
+        notes="causal attention in query blocks, masked keys skipped (a Loop over one copy: "
+              f"at least {MIN_SEQUENCE} queries and a visible key in every mask row; "
               + ", ".join(f"{n} blocks from {s}" for s, n in TIERS)
-              + "; else the lean decomposition)")]
+              + "; else one block, the lean decomposition)")]
 
 
 register_loader(causal_block_kernels)

@@ -44,7 +44,7 @@ SEED: dict[tuple[str, ...], float] = {
     # MIN_SEQUENCE queries, 0.47-0.69x the decomposition at 512), so their entries are not
     # keyed by the size bucket of batch 1 x seq 128: they are geometric means over 1x128,
     # 1x512 and 8x128 (the GPT-2 and LLaMA exports of benchmarks/cpu_speed.py; short sequences
-    # pay the If, 2-3% of the attention alone).
+    # pay the Loop of one block, 2-3% of the attention alone).
     ("decompose.AttentionFused.causal_blocks", CPU, "nan_guard", "grouped"): 0.71,
     ("decompose.AttentionFused.causal_blocks", CPU, "nan_guard"): 0.71,
     ("decompose.AttentionFused.causal_blocks", CPU): 0.87,
