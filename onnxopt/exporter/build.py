@@ -15,7 +15,6 @@ import onnx
 from onnx import AttributeProto, GraphProto, ModelProto, TensorProto, helper, numpy_helper
 
 from onnxopt.exporter.save import EXTERNAL_MARK, inline_external
-from onnxopt.exporter.shape_from_values import names_what_ort_cannot
 from onnxopt.exporter.versions import choose_ir_version
 from onnxopt.ir import symdim as sd
 from onnxopt.ir.dtypes import dtype_code
@@ -90,11 +89,15 @@ class ProtoWriter:
                 if out.name in known or (out.dtype is None and out.shape is None
                                          and out.type_proto is None):
                     continue
-                # Declared types stay; onnxopt adds types where ONNX Runtime cannot infer them
-                # (its own domains' nodes) and names the dims it cannot (shape_from_values).
+                # Declared types stay; onnxopt adds types only where ONNX Runtime cannot infer
+                # them (its own domains' nodes). Shapes of our inference written for standard
+                # ops would be a claim ORT's memory planner trusts: where the input's declared
+                # shapes were wrong, a wrong claim breaks a model the original runs. Even true
+                # claims are not neutral: naming the dims ORT's inference leaves unnamed made
+                # its planner twice as fast, but TorchScript BERT ran 8% slower at batch 8 and
+                # Swin 5-11% slower (buffer reuse; benchmarks/RESULTS.md, issue 12).
                 if out.name in self.model.declared_value_info or (
-                        node.created_by and node.onnx_op[0] not in STANDARD_DOMAINS) or (
-                        names_what_ort_cannot(node, out)):
+                        node.created_by and node.onnx_op[0] not in STANDARD_DOMAINS):
                     gp.value_info.append(value_info(out))
         outputs = g.output_set()
         for v in g.constants.values():
