@@ -29,7 +29,8 @@ the attention, its trip count (1, 4 or 8) computed at run time: ONNX Runtime's s
 creation pays for every node of every subgraph, and an ``If`` between the whole rows
 and a copy per block and per tier (13 copies of the attention per layer) made a
 6-layer LLaMA's output twice as slow to load as the model itself. In one Loop it loads
-as fast as the original, and runs as fast as the copies did (within 2%).
+as fast as the original, and runs as fast as the copies did within the noise of paired
+CPU timings (0.92-1.07x at 1x512, 1.01x at 1x128; benchmarks/RESULTS.md, issue 12).
 """
 
 from __future__ import annotations
