@@ -114,17 +114,22 @@ class _Importer:
     def run(self, proto: ModelProto, infer_shapes: bool, text_checked: bool = True) -> Model:
         self.opset = onnx_opset(proto)
         hint = started(_inferred_graph, proto) if infer_shapes else None
-        # While onnx's inference runs in its child, what needs no inferred type is done here.
-        if not text_checked and has_undecodable_text(proto):
-            fix_undecodable_text(proto)
-            if hint is not None:  # it was handed the text protobuf cannot write: again
+        try:
+            # While onnx's inference runs in its child, what needs no inferred type is done.
+            if not text_checked and has_undecodable_text(proto):
+                fix_undecodable_text(proto)
+                if hint is not None:  # it was handed the text protobuf cannot write: again
+                    hint.cancel()
+                    hint = started(_inferred_graph, proto)
+            declared = set(_declared_names(proto.graph))
+            ranks_declared = _ranks_declared(proto.graph)
+            source_tensor_bytes = tensor_bytes(proto)
+            if hint is not None:
+                waited, hint = hint, None
+                self._collect_inferred_shapes(waited)
+        finally:
+            if hint is not None:  # something above raised: the child is not left behind
                 hint.cancel()
-                hint = started(_inferred_graph, proto)
-        declared = set(_declared_names(proto.graph))
-        ranks_declared = _ranks_declared(proto.graph)
-        source_tensor_bytes = tensor_bytes(proto)
-        if hint is not None:
-            self._collect_inferred_shapes(hint)
         self._collect_value_info(proto.graph, (), ranks_declared)
         graph = self._graph(proto.graph, _Scope(), NameScope(), parent=None, path=())
         return Model(

@@ -65,3 +65,34 @@ def test_imported_from_a_file_with_inferred_shapes(where, tmp_path):
     model = import_model(str(path))
     (add,) = [n for n in model.graph if n.op_type == "Add"]
     assert add.outputs[0].shape == (2,)
+
+
+def test_a_failure_while_inference_runs_leaves_no_child(tmp_path, monkeypatch):
+    """Import's own work overlaps onnx's inference child; where that work raises, the child
+    is stopped and reaped rather than left behind."""
+    import os
+
+    from onnxopt.importer import build
+
+    children = []
+    start = build.started
+
+    def recording(fn, *args):
+        children.append(start(fn, *args))
+        return children[-1]
+
+    monkeypatch.setattr(build, "started", recording)
+
+    def broken(graph):
+        raise RuntimeError("declared names")
+
+    monkeypatch.setattr(build, "_declared_names", broken)
+    path = tmp_path / "m.onnx"
+    path.write_bytes(_model("none"))
+    with pytest.raises(RuntimeError, match="declared names"):
+        build.import_model(str(path))
+    pids = [c._pid for c in children if hasattr(c, "_pid")]
+    assert pids
+    for pid in pids:
+        with pytest.raises(ChildProcessError):  # already reaped
+            os.waitpid(pid, os.WNOHANG)
