@@ -30,7 +30,7 @@ from onnx import ModelProto
 from onnxopt import evaluation
 from onnxopt.exporter.save import StagedFile
 from onnxopt.holdback import minimal_hold, units_of
-from onnxopt.importer.load import read_model_proto, read_model_with_data
+from onnxopt.importer.load import read_model_proto, read_model_with_data, tensor_bytes
 from onnxopt.isolation import NativeCrash, isolated
 from onnxopt.options import OptimizeOptions
 from onnxopt.pipeline import OptimizeResult, Progress, StageFailure, run_pipeline
@@ -85,14 +85,15 @@ class _Guard:
             if progress is not None:
                 progress("checks")
             # Serialized once: the checks load these bytes and the output is written from them.
-            serialized = serialize(result.proto, result.external)
+            size = tensor_bytes(result.proto, result.external)
+            serialized = serialize(result.proto, result.external, size=size)
             staged: list[StagedFile] = []
             if self.stage is not None and serialized is not None and not hold:
                 def meanwhile() -> None:
                     staged.append(self.stage(serialized))
             else:
                 meanwhile = None
-            found = fitness(result.proto, result.external, serialized=serialized,
+            found = fitness(result.proto, result.external, serialized=serialized, size=size,
                             tensor_budget=result.model.source_tensor_bytes, meanwhile=meanwhile)
             problems = found.problems()
             keep = not hold and not problems  # the first attempt, and it passed: written as is

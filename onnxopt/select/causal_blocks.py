@@ -101,9 +101,10 @@ def _looped(b: NodeBuilder, node: Node, q, k, v, mask, sq, skv, count: Value) ->
     dtype = q.dtype or "float32"
     offset = b.op("Sub", skv, sq)  # a cache's keys precede the queries (bottom-right diagonal)
     # No rows yet: [B, H, 0, Dv], the heads of Q and the features of V.
-    heads = b.op("Slice", b.op("Shape", q), i64(b, [0], "zero"), i64(b, [2], "two"))
+    zero = i64(b, [0], "zero")
+    heads = b.op("Slice", b.op("Shape", q), zero, i64(b, [2], "two"))
     features = b.op("Slice", b.op("Shape", v), i64(b, [-1], "last"), i64(b, [INT64_MAX], "end"))
-    empty = b.op("ConstantOfShape", b.op("Concat", heads, i64(b, [0], "zero"), features, axis=0),
+    empty = b.op("ConstantOfShape", b.op("Concat", heads, zero, features, axis=0),
                  value=LazyTensor.from_array(np.zeros(1, numpy_dtype(dtype))))
     empty.dtype = dtype
 
@@ -113,24 +114,24 @@ def _looped(b: NodeBuilder, node: Node, q, k, v, mask, sq, skv, count: Value) ->
     go_on = body.graph.add_input(body.graph.names.fresh(f"{b.created_by}/go_on"), "bool", ())
     done = body.graph.add_input(body.graph.names.fresh(f"{b.created_by}/rows_done"), dtype,
                                 _result_rows(q.shape, v.shape))
-    index = body.op("Unsqueeze", step, i64(body, [0], "zero"))
+    seq_axis = i64(b, [-2], "seq_axis")  # the body reads constants from the enclosing graph
+    index = body.op("Unsqueeze", step, zero)
     start = body.op("Div", body.op("Mul", sq, index), count)
-    end = body.op("Div", body.op("Mul", sq, body.op("Add", index, i64(body, [1], "one"))),
+    end = body.op("Div", body.op("Mul", sq, body.op("Add", index, i64(b, [1], "one"))),
                   count)  # the last block ends at sq exactly
     key_end = body.op("Add", end, offset)
-    q_block = body.op("Slice", q, start, end, i64(body, [-2], "seq_axis"))
-    k_block = body.op("Slice", k, i64(body, [0], "zero"), key_end, i64(body, [-2], "seq_axis"))
-    v_block = body.op("Slice", v, i64(body, [0], "zero"), key_end, i64(body, [-2], "seq_axis"))
+    q_block = body.op("Slice", q, start, end, seq_axis)
+    k_block = body.op("Slice", k, zero, key_end, seq_axis)
+    v_block = body.op("Slice", v, zero, key_end, seq_axis)
     for block, whole in ((q_block, q), (k_block, k), (v_block, v)):
         block.dtype, block.shape = whole.dtype, _rows_unknown(whole.shape)
-    m_block = body.op("Slice", mask, body.op("Concat", start, i64(body, [0], "zero"), axis=0),
-                      body.op("Concat", end, key_end, axis=0),
-                      i64(body, [-2, -1], "mask_axes"))
+    m_block = body.op("Slice", mask, body.op("Concat", start, zero, axis=0),
+                      body.op("Concat", end, key_end, axis=0), i64(b, [-2, -1], "mask_axes"))
     rows = lean_attention(body, node, q_block, k_block, v_block, m_block)
     body.graph.set_outputs([body.op("Identity", go_on),
                             body.op("Concat", done, rows, axis=-2)])
 
-    trips = b.op("Squeeze", count, i64(b, [0], "zero"))
+    trips = b.op("Squeeze", count, zero)
     result = b.op("Loop", trips, b.const(np.array(True), "keep_going"), empty,
                   body=Attr(AttributeProto.GRAPH, body.graph))
     body.graph.parent = result.producer

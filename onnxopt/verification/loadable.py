@@ -51,13 +51,15 @@ class Fitness:
 
 def fitness(proto: ModelProto, external: dict[str, LazyTensor] | None = None, *,
             tensor_budget: int | None = None, serialized: bytes | None = None,
-            meanwhile: Callable[[], object] | None = None) -> Fitness:
+            size: int | None = None, meanwhile: Callable[[], object] | None = None) -> Fitness:
     """Run the checks on a model (``external``: its placeholder tensors, read if small;
     ``serialized``: ``proto``'s bytes where the caller has them — a large model's
     serialization costs as much as a check, so it is made once, see :func:`serialize`;
-    ``meanwhile``: called while the checks run in their children, e.g. to stage the write)."""
+    ``size``: its ``tensor_bytes`` where the caller has them (counting reads every raw
+    tensor out of the message); ``meanwhile``: called while the checks run in their
+    children, e.g. to stage the write)."""
     weight = None
-    size = tensor_bytes(proto, external)
+    size = tensor_bytes(proto, external) if size is None else size
     if tensor_budget is not None and size > tensor_budget + TENSOR_SLACK_BYTES:
         weight = f"its tensors weigh {size:,} bytes, more than the input's {tensor_budget:,}"
     if external and sum(t.nbytes for t in external.values()) > MAX_CHECKED_EXTERNAL_BYTES:
@@ -74,11 +76,12 @@ def fitness(proto: ModelProto, external: dict[str, LazyTensor] | None = None, *,
     return Fitness(weight=weight, **native_checks(proto, serialized, meanwhile))
 
 
-def serialize(proto: ModelProto, external: dict[str, LazyTensor] | None = None) -> bytes | None:
+def serialize(proto: ModelProto, external: dict[str, LazyTensor] | None = None, *,
+              size: int | None = None) -> bytes | None:
     """``proto``'s bytes where the checks load them as they are: ``None`` where it has external
     tensors (a copy with them inline is checked), is too large to be loaded twice, or is
-    more than protobuf can write (2 GB)."""
-    if external or tensor_bytes(proto) > MAX_CHECKED_BYTES:
+    more than protobuf can write (2 GB). ``size``: its ``tensor_bytes``, as for :func:`fitness`."""
+    if external or (tensor_bytes(proto) if size is None else size) > MAX_CHECKED_BYTES:
         return None
     try:
         return model_bytes(proto)
