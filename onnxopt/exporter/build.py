@@ -42,17 +42,17 @@ def export_model_lazy(model: Model) -> tuple[ModelProto, dict[str, LazyTensor]]:
     to a data file, so weights never need to be in memory all at once.
     """
     exporter = ProtoWriter(model)
-    graph = exporter.graph(model.graph)
+    proto = ModelProto()
+    # Written in place: a graph built apart and copied in would copy every weight once more.
+    exporter.graph(model.graph, into=proto.graph)
     opsets = dict(model.opset_imports)
     for domain in exporter.domains:
         if domain not in STANDARD_DOMAINS and domain not in opsets:
             opsets[domain] = 1
-    proto = helper.make_model(
-        graph,
-        opset_imports=[helper.make_opsetid(d, v) for d, v in sorted(opsets.items())],
-        producer_name=model.producer_name,
-        producer_version=model.producer_version,
-    )
+    for domain, version in sorted(opsets.items()):
+        proto.opset_import.add(domain=domain, version=version)
+    _set(proto, "producer_name", model.producer_name)
+    _set(proto, "producer_version", model.producer_version)
     _set(proto, "domain", model.domain)
     if model.model_version:
         proto.model_version = model.model_version
@@ -73,8 +73,9 @@ class ProtoWriter:
         self.domains: set[str] = set()  # the domains the written nodes use
         self._read: set[str] = set()  # names the written nodes read (subgraphs included)
 
-    def graph(self, g: Graph) -> GraphProto:
-        gp = GraphProto()
+    def graph(self, g: Graph, into: GraphProto | None = None) -> GraphProto:
+        """``g`` as a GraphProto, written into ``into`` where given."""
+        gp = GraphProto() if into is None else into
         gp.name = g.name
         _set(gp, "doc_string", g.doc_string)
         for v in g.inputs:
