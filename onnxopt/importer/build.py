@@ -11,6 +11,7 @@ produced twice — are reported as one-line :class:`ModelError`.
 from __future__ import annotations
 
 import contextlib
+import functools
 import gc
 import os
 import re
@@ -564,10 +565,12 @@ def type_of(tp: onnx.TypeProto) -> tuple[str | None, Shape]:
     return dtype, tuple(dims)
 
 
+@functools.lru_cache(maxsize=4096)
 def _names_a_symbol(name: str) -> bool:
     """A declared dim name read as a symbol: ``batch``, ``2*s0`` (an exporter's expression).
     A name that is only a number ("1") is a name, not that number — ONNX Runtime binds it to
-    whatever size it is fed — so it is read as unknown."""
+    whatever size it is fed — so it is read as unknown. Cached: a model spells a few dim
+    names thousands of times (7,700 reads on a 24-layer dynamo LLaMA)."""
     monomial = sd.to_monomial(name)
     return monomial is not None and bool(monomial[1])
 

@@ -41,6 +41,7 @@ class Node:
         "doc_string",
         "domain",
         "graph",
+        "inferred_from",
         "metadata",
         "name",
         "op_type",
@@ -67,6 +68,9 @@ class Node:
         # The file gave this node no name: the IR names it (so reasons can point at it), the
         # exporter writes it back nameless (names are bytes, and a round trip adds none).
         self.anonymous = False
+        # What shape inference last read and wrote here (normalize.shapes): it runs the node's
+        # rule again only where that changed.
+        self.inferred_from: tuple | None = None
 
     @property
     def inputs(self) -> tuple[Value | None, ...]:
