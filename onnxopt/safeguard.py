@@ -34,17 +34,17 @@ from onnxopt.importer.load import read_model_proto, read_model_with_data, tensor
 from onnxopt.isolation import NativeCrash, isolated
 from onnxopt.options import OptimizeOptions
 from onnxopt.pipeline import OptimizeResult, Progress, StageFailure, run_pipeline
-from onnxopt.verification.loadable import Fitness, fitness, serialize
+from onnxopt.verification.loadable import Fitness, fitness, serialized_parts
 
 Attempt = tuple["OptimizeResult | None", list[str]]
 
 
 def optimize_guarded(source: str | ModelProto, options: OptimizeOptions,
                      progress: Progress | None = None,
-                     stage: Callable[[bytes], StagedFile] | None = None) -> OptimizeResult:
+                     stage: Callable[[list[bytes]], StagedFile] | None = None) -> OptimizeResult:
     """:func:`onnxopt.pipeline.run_pipeline`, with the safeguard around it. ``stage`` writes
-    the first result's bytes beside the output while its checks run; a result that passes
-    carries that file (``staged``) for the writer to put in place, one that fails does not."""
+    the first result's bytes beside the output, and its checks load that file; a result that
+    passes carries it (``staged``) for the writer to put in place, one that fails does not."""
     guard = _Guard(source, options, stage)
     first, problems = guard.attempt(frozenset(), progress)
     if not problems:
@@ -64,7 +64,7 @@ def optimize_guarded(source: str | ModelProto, options: OptimizeOptions,
 
 class _Guard:
     def __init__(self, source: str | ModelProto, options: OptimizeOptions,
-                 stage: Callable[[bytes], StagedFile] | None = None) -> None:
+                 stage: Callable[[list[bytes]], StagedFile] | None = None) -> None:
         self.source = source
         self.options = options
         self.stage = stage
@@ -84,27 +84,33 @@ class _Guard:
         else:
             if progress is not None:
                 progress("checks")
-            # Serialized once: the checks load these bytes and the output is written from them.
             size = tensor_bytes(result.proto, result.external)
-            serialized = serialize(result.proto, result.external, size=size)
-            staged: list[StagedFile] = []
-            if self.stage is not None and serialized is not None and not hold:
-                def meanwhile() -> None:
-                    staged.append(self.stage(serialized))
-            else:
-                meanwhile = None
-            found = fitness(result.proto, result.external, serialized=serialized, size=size,
-                            tensor_budget=result.model.source_tensor_bytes, meanwhile=meanwhile)
+            # Serialized once: the first result's pieces are written beside the output and the
+            # checks load that file (the writer then only renames it); a result of the search
+            # is checked from its bytes, joined.
+            parts = serialized_parts(result.proto, result.external, size=size)
+            staged = serialized = None
+            if self.stage is not None and parts is not None and not hold:
+                staged = self.stage(parts)
+            elif parts is not None:
+                serialized = b"".join(parts)
+            try:
+                found = fitness(result.proto, result.external, serialized=serialized, size=size,
+                                tensor_budget=result.model.source_tensor_bytes,
+                                staged=staged.tmp if staged is not None else None)
+            except BaseException:
+                if staged is not None:
+                    staged.discard()
+                raise
             problems = found.problems()
             keep = not hold and not problems  # the first attempt, and it passed: written as is
-            if not keep:
-                for f in staged:
-                    f.discard()
-                staged.clear()
+            if not keep and staged is not None:
+                staged.discard()
+                staged = None
             # Only that attempt keeps its bytes: the search's attempts all stay in ``_tried``,
             # and each one's bytes would be another copy of the weights in memory.
             result = dataclasses.replace(result, serialized=serialized if keep else None,
-                                         staged=staged[0] if staged else None)
+                                         staged=staged)
             if found.unchecked:
                 self.unchecked[hold] = found.unchecked
             if problems:

@@ -106,7 +106,7 @@ def test_a_passing_result_is_written_from_the_bytes_staged_during_its_checks(mod
 def test_an_output_that_cannot_be_written_is_a_usage_error_and_leaves_nothing(
         model, monkeypatch, tmp_path):
     """The staged write fails (a full disk, a folder the user may not write): the error is
-    the one-line usage error the writer gives, raised after the checks' children are done."""
+    the one-line usage error the writer gives, raised before any check starts a child."""
     from onnxopt.errors import UsageError
     from onnxopt.exporter import save
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Sequence
 
 from onnx import ModelProto, TensorProto, numpy_helper
 
@@ -47,8 +48,9 @@ class StagedFile:
             self.tmp = None
 
 
-def stage_bytes(data: bytes, path: str) -> StagedFile:
-    """``data`` in a temporary file beside ``path`` (a one-line error if it cannot be)."""
+def stage_bytes(data: bytes | Sequence[bytes], path: str) -> StagedFile:
+    """``data`` (bytes, or pieces written one after the other) in a temporary file beside
+    ``path`` (a one-line error if it cannot be)."""
     path = _writable_destination(path)
     try:
         tmp = _temp_beside(path)
@@ -56,7 +58,7 @@ def stage_bytes(data: bytes, path: str) -> StagedFile:
         raise UsageError(f"{path}: cannot write output: {e.strerror or e}") from e
     try:
         with open(tmp, "wb") as f:
-            f.write(data)
+            f.writelines([data] if isinstance(data, bytes) else data)
     except OSError as e:
         _unlink_quiet(tmp)
         raise UsageError(f"{path}: cannot write output: {e.strerror or e}") from e

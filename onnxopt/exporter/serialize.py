@@ -24,10 +24,16 @@ _LENGTH_DELIMITED = 2
 def model_bytes(proto: ModelProto) -> bytes:
     """``proto.SerializeToString()``, faster for a model with large initializers; the same
     ``ValueError`` above protobuf's 2 GB."""
+    return b"".join(model_parts(proto))
+
+
+def model_parts(proto: ModelProto) -> list[bytes]:
+    """:func:`model_bytes` in pieces, to be written one after the other: joined, they are one
+    more copy of every weight."""
     graph = proto.graph
     if (not proto.HasField("graph") or not len(graph.initializer)
             or len(UnknownFieldSet(proto)) or len(UnknownFieldSet(graph))):
-        return proto.SerializeToString()  # nothing to splice, or fields only the encoder keeps
+        return [proto.SerializeToString()]  # nothing to splice, or fields only the encoder keeps
     initializer_tag = _tag(GraphProto.INITIALIZER_FIELD_NUMBER)
     parts = [_without(graph, "initializer").SerializeToString()]
     for tensor in graph.initializer:
@@ -38,7 +44,7 @@ def model_bytes(proto: ModelProto) -> bytes:
     header = (head, _tag(ModelProto.GRAPH_FIELD_NUMBER), _varint(graph_size))
     if graph_size + sum(len(p) for p in header) > PROTOBUF_MAX_BYTES:
         raise ValueError("the model is larger than protobuf's 2 GB limit")
-    return b"".join((*header, *parts))
+    return [*header, *parts]
 
 
 def _without(message: Message, skipped: str) -> Message:

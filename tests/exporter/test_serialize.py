@@ -73,3 +73,15 @@ def test_varint(n):
     from google.protobuf.internal.encoder import _VarintBytes
 
     assert serialize._varint(n) == _VarintBytes(n)
+
+
+def test_its_pieces_written_one_after_another_are_the_model(tmp_path):
+    from onnxopt.exporter.save import stage_bytes
+
+    model = _model([4096, 40000])
+    parts = serialize.model_parts(model)
+    assert len(parts) > 1  # spliced, not one encoded message
+    staged = stage_bytes(parts, str(tmp_path / "m.onnx"))
+    staged.commit()
+    assert (tmp_path / "m.onnx").read_bytes() == model_bytes(model)
+    assert onnx.load(str(tmp_path / "m.onnx")) == model
