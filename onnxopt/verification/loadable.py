@@ -63,7 +63,11 @@ def fitness(proto: ModelProto, external: dict[str, LazyTensor] | None = None, *,
     if tensor_budget is not None and size > tensor_budget + TENSOR_SLACK_BYTES:
         weight = f"its tensors weigh {size:,} bytes, more than the input's {tensor_budget:,}"
     if staged is not None and not external:
-        if os.path.getsize(staged) > MAX_CHECKED_BYTES:
+        try:
+            too_large = os.path.getsize(staged) > MAX_CHECKED_BYTES
+        except OSError:
+            too_large = False  # the file is gone: the checks say so, and nothing is kept
+        if too_large:
             return Fitness(weight=weight, unchecked="it is too large to load twice")
         return Fitness(weight=weight, **native_checks(proto, staged))
     if external and sum(t.nbytes for t in external.values()) > MAX_CHECKED_EXTERNAL_BYTES:

@@ -41,3 +41,11 @@ def test_the_checks_load_the_staged_file_not_the_proto(tmp_path):
     assert found.checker is not None and "NoSuchOp" in found.checker
     for problem in found.problems():
         assert staged.tmp not in problem and ".tmp" not in problem
+
+
+def test_a_staged_file_that_vanished_is_a_problem_not_a_crash(tmp_path):
+    model = _relu()
+    staged = stage_bytes(model.SerializeToString(), str(tmp_path / "o.onnx"))
+    staged.discard()
+    found = fitness(model, staged=str(tmp_path / ".gone.tmp"))
+    assert found.loads is not None and found.checker is not None
