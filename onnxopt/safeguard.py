@@ -92,12 +92,15 @@ class _Guard:
             staged = serialized = None
             if self.stage is not None and parts is not None and not hold:
                 staged = self.stage(parts)
-            elif parts is not None:
+            # (a staged file in a folder named in bytes that are not UTF-8: checked from bytes)
+            checked_file = (staged.tmp if staged is not None and evaluation.native_path(staged.tmp)
+                            else None)
+            if parts is not None and checked_file is None:
                 serialized = b"".join(parts)
             try:
                 found = fitness(result.proto, result.external, serialized=serialized, size=size,
                                 tensor_budget=result.model.source_tensor_bytes,
-                                staged=staged.tmp if staged is not None else None)
+                                staged=checked_file)
             except BaseException:
                 if staged is not None:
                     staged.discard()

@@ -117,3 +117,14 @@ def test_an_output_that_cannot_be_written_is_a_usage_error_and_leaves_nothing(
     with pytest.raises(UsageError, match="cannot write output: No space left on device"):
         onnxopt.optimize(model, tmp_path / "o.onnx", target="cpu")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_an_output_folder_named_in_bytes_that_are_not_utf8_is_checked_from_bytes(model, tmp_path):
+    """The checker's and ORT's C++ take UTF-8 paths; the staged file beside such an output is
+    not theirs to open, so the checks load the bytes, and the result passes as it should."""
+    folder = tmp_path / "caf\udce9"  # the byte 0xE9 on its own: Latin-1, not UTF-8
+    folder.mkdir()
+    out = folder / "o.onnx"
+    result = onnxopt.optimize(model, out, target="cpu", return_result=True)
+    assert result.report.stages["safeguard"] == {"checks": "passed"}
+    assert out.read_bytes() == result.proto.SerializeToString()

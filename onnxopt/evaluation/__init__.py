@@ -9,6 +9,7 @@ from onnxopt.evaluation.cut import cone, subgraph_model
 from onnxopt.evaluation.ort import (
     all_node_protos,
     first_line,
+    native_path,
     run,
     session,
     uses_onnxopt_kernels,
@@ -16,6 +17,6 @@ from onnxopt.evaluation.ort import (
 from onnxopt.evaluation.reference import evaluate_node
 from onnxopt.evaluation.sizes import first_consistent, padding_mask, size_alternatives
 
-__all__ = ["all_node_protos", "cone", "evaluate_node", "first_consistent", "first_line", "padding_mask",
-           "run",
+__all__ = ["all_node_protos", "cone", "evaluate_node", "first_consistent", "first_line",
+           "native_path", "padding_mask", "run",
            "session", "size_alternatives", "subgraph_model", "uses_onnxopt_kernels"]

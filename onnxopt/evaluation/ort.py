@@ -34,6 +34,30 @@ def all_node_protos(graph: onnx.GraphProto) -> Iterator[onnx.NodeProto]:
                 yield from all_node_protos(g)
 
 
+def native_path(path: str) -> bool:
+    """Whether ONNX Runtime's and the ONNX checker's C++ can open ``path``: they take UTF-8,
+    and a name in other bytes (which Python keeps as surrogates) cannot be handed to them."""
+    try:
+        path.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _has_external_data(graph: onnx.GraphProto) -> bool:
+    for t in graph.initializer:
+        if t.data_location == onnx.TensorProto.EXTERNAL:
+            return True
+    for node in graph.node:
+        for a in node.attribute:
+            if a.HasField("t") and a.t.data_location == onnx.TensorProto.EXTERNAL:
+                return True
+            if any(_has_external_data(g) for g in ([a.g] if a.HasField("g") else [])
+                   + list(a.graphs)):
+                return True
+    return False
+
+
 def uses_onnxopt_kernels(proto: onnx.ModelProto) -> bool:
     return any(n.domain.startswith("ai.onnxopt") for n in all_node_protos(proto.graph))
 
@@ -63,6 +87,10 @@ def session(model: str | os.PathLike | bytes | onnx.ModelProto,
         proto = onnx.load_from_string(bytes(model))
     elif proto is None:
         proto = onnx.load(os.fspath(model), load_external_data=False)
+    if (isinstance(model, (str, os.PathLike)) and not native_path(os.fspath(model))
+            and not _has_external_data(proto.graph)):
+        with open(model, "rb") as f:  # ORT takes the same model from its bytes
+            model = f.read()
     if uses_onnxopt_kernels(proto):
 
         source = os.fspath(model) if isinstance(model, (str, os.PathLike)) else proto
