@@ -21,6 +21,7 @@ user gets the most optimized model that is still fit, never a broken one.
 from __future__ import annotations
 
 import dataclasses
+import os
 import time
 from collections.abc import Callable
 
@@ -92,9 +93,7 @@ class _Guard:
             staged = serialized = None
             if self.stage is not None and parts is not None and not hold:
                 staged = self.stage(parts)
-            # (a staged file in a folder named in bytes that are not UTF-8: checked from bytes)
-            checked_file = (staged.tmp if staged is not None and evaluation.native_path(staged.tmp)
-                            else None)
+            checked_file = staged.tmp if staged is not None and _checkable(staged.tmp) else None
             if parts is not None and checked_file is None:
                 serialized = b"".join(parts)
             try:
@@ -160,6 +159,14 @@ class _Guard:
         else:
             proto = read_model_proto(self.source)
         return dataclasses.replace(plain, proto=proto, external={}, passthrough=True)
+
+
+def _checkable(staged: str) -> bool:
+    """Whether the checks' children can open the staged file: the checker's and ORT's C++ take
+    UTF-8 paths (a folder may be named in other bytes), and a umask may leave the file
+    unreadable to its owner. Otherwise the result is checked from its bytes: a path's trouble
+    must not fail a good model."""
+    return evaluation.native_path(staged) and os.access(staged, os.R_OK)
 
 
 def _file_fitness(path: str) -> Fitness:

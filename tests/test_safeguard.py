@@ -4,6 +4,8 @@ report says what was held back and why."""
 
 from __future__ import annotations
 
+import os
+
 import onnx
 import onnxruntime as ort
 import pytest
@@ -127,4 +129,27 @@ def test_an_output_folder_named_in_bytes_that_are_not_utf8_is_checked_from_bytes
     out = folder / "o.onnx"
     result = onnxopt.optimize(model, out, target="cpu", return_result=True)
     assert result.report.stages["safeguard"] == {"checks": "passed"}
+    assert out.read_bytes() == result.proto.SerializeToString()
+
+
+def test_a_staged_file_its_owner_cannot_read_is_checked_from_bytes(model, tmp_path, monkeypatch):
+    """A umask that leaves the owner no read permission (root reads regardless, so the test
+    says so through ``os.access``): the checks load the bytes instead."""
+    from onnxopt import safeguard
+
+    seen = []
+    access = os.access
+
+    def unreadable_staged(path, mode):
+        if str(path).endswith(".tmp") and mode == os.R_OK:
+            seen.append(str(path))
+            return False
+        return access(path, mode)
+
+    monkeypatch.setattr(safeguard.os, "access", unreadable_staged)
+    out = tmp_path / "o.onnx"
+    result = onnxopt.optimize(model, out, target="cpu", return_result=True)
+    assert seen and seen[0].endswith(".tmp")
+    assert result.report.stages["safeguard"] == {"checks": "passed"}
+    assert result.serialized is not None  # checked from the bytes, then written from the file
     assert out.read_bytes() == result.proto.SerializeToString()
