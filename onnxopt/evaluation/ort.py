@@ -18,6 +18,7 @@ import onnx
 import onnxruntime as ort
 
 from onnxopt.exporter.serialize import model_bytes
+from onnxopt.importer.load import has_external_data
 from onnxopt.runtime import session as bridge_session
 
 QUIET = 4  # ORT's "fatal only" severity
@@ -42,20 +43,6 @@ def native_path(path: str) -> bool:
     except UnicodeEncodeError:
         return False
     return True
-
-
-def _has_external_data(graph: onnx.GraphProto) -> bool:
-    for t in graph.initializer:
-        if t.data_location == onnx.TensorProto.EXTERNAL:
-            return True
-    for node in graph.node:
-        for a in node.attribute:
-            if a.HasField("t") and a.t.data_location == onnx.TensorProto.EXTERNAL:
-                return True
-            if any(_has_external_data(g) for g in ([a.g] if a.HasField("g") else [])
-                   + list(a.graphs)):
-                return True
-    return False
 
 
 def uses_onnxopt_kernels(proto: onnx.ModelProto) -> bool:
@@ -88,7 +75,7 @@ def session(model: str | os.PathLike | bytes | onnx.ModelProto,
     elif proto is None:
         proto = onnx.load(os.fspath(model), load_external_data=False)
     if (isinstance(model, (str, os.PathLike)) and not native_path(os.fspath(model))
-            and not _has_external_data(proto.graph)):
+            and not has_external_data(proto.graph)):
         with open(model, "rb") as f:  # ORT takes the same model from its bytes
             model = f.read()
     if uses_onnxopt_kernels(proto):

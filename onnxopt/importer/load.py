@@ -266,6 +266,12 @@ def tensor_bytes(proto: ModelProto, external: dict | None = None) -> int:
     return total
 
 
+def has_external_data(graph: onnx.GraphProto) -> bool:
+    """Whether a tensor of ``graph`` (initializers, sparse ones, attributes, subgraphs) keeps
+    its bytes in an external file."""
+    return any(t.data_location == TensorProto.EXTERNAL for t in _tensors(graph))
+
+
 def _tensors(graph: onnx.GraphProto):
     yield from graph.initializer
     for sparse in graph.sparse_initializer:

@@ -21,3 +21,4 @@ def test_a_folder_named_in_bytes_that_are_not_utf8(make_model, tmp_path):
     assert not native_path(path) and native_path(str(tmp_path / "m.onnx"))
     (y,) = run(session(path), {"x": np.array([-1.0, 2.0], dtype=np.float32)})
     np.testing.assert_array_equal(y, [0.0, 2.0])
+
