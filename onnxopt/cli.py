@@ -7,7 +7,10 @@ traceback too and runs the IR verifier after every pass.
 
 from __future__ import annotations
 
+import atexit
+import os
 import sys
+import threading
 import traceback
 
 import click
@@ -75,5 +78,27 @@ def main(argv: list[str] | None = None) -> int:
                    "(run with --debug for the traceback)", err=True)
         code = 3
     if argv is None:
-        sys.exit(code)
+        exit_without_teardown(code)
     return code
+
+
+def exit_without_teardown(code: int) -> None:
+    """End the process with ``code`` once the command is done, skipping the interpreter's
+    teardown.
+
+    By then every file the command wrote is closed and in place. What a normal exit still
+    does is free the heap object by object: a collection of the IR's reference cycles, then
+    every module's objects. On a 24-layer GPT-2 that took 0.09–0.14 s of a 1.7 s command
+    (benchmarks/RESULTS.md), and the kernel reclaims the same memory at once. Nothing else is
+    skipped: the exit handlers run (``atexit``, which ``logging`` and temporary folders use)
+    and the standard streams are flushed. Where another thread still runs, the normal exit
+    waits for it as Python does."""
+    if threading.active_count() > 1:
+        sys.exit(code)
+    atexit._run_exitfuncs()  # what a normal exit runs first; CPython has no public name
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a closed pipe or stream: nothing more can be said
+            pass
+    os._exit(code)

@@ -9,7 +9,12 @@ import click
 from onnxopt.api import check_output_path, staging_to, write_result
 from onnxopt.bisection import bisect
 from onnxopt.commands.options import debug_option, write_json
-from onnxopt.commands.report import print_optimize, print_verify, stage_progress
+from onnxopt.commands.report import (
+    import_rich_meanwhile,
+    print_optimize,
+    print_verify,
+    stage_progress,
+)
 from onnxopt.commands.verify_cmd import inputs_options, verify_inputs
 from onnxopt.errors import UsageError, VerificationError
 from onnxopt.options import OptimizeOptions
@@ -26,6 +31,21 @@ def default_output(path: str) -> str:
 def _is_version(text: str) -> bool:
     parts = text.split(".")
     return len(parts) >= 2 and all(p.isdigit() for p in parts[:2])
+
+
+def _importing_rich_at_checks(progress):
+    """``progress``, which also starts importing the report's printer (rich) when the checks
+    begin: their wait leaves the interpreter idle."""
+    started = False
+
+    def step(name: str) -> None:
+        nonlocal started
+        progress(name)
+        if name == "checks" and not started:
+            started = True
+            import_rich_meanwhile()
+
+    return step
 
 
 @click.command("optimize")
@@ -82,6 +102,8 @@ def optimize(model: str, output: str | None, json_path: str | None, do_verify: b
                               tune=tune, tune_cache=tune_cache,
                               fuse=not no_fuse, debug=debug)
     with stage_progress(enabled=not quiet) as progress:
+        if not quiet:
+            progress = _importing_rich_at_checks(progress)
         result = optimize_guarded(model, options, progress=progress, stage=staging_to(output))
         progress("write")
         write_result(result, output, model)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
+import threading
 from collections import Counter, defaultdict
 from typing import TYPE_CHECKING
 
@@ -16,6 +17,19 @@ if TYPE_CHECKING:
 
 # rich is imported where something is printed: a quiet run (a CI conversion job's) never
 # prints a table, and importing rich is about 30 ms of every start.
+
+
+def import_rich_meanwhile() -> None:
+    """Import rich on a thread of its own, now: the caller is about to wait on child
+    processes (the safeguard's checks), with the interpreter idle and a core free once the
+    checker's child is done. Importing it takes 30-60 ms, and the report is printed right after
+    the checks; this import then waits only for whatever part is not done yet."""
+    threading.Thread(target=_import_rich, name="onnxopt-import-rich", daemon=True).start()
+
+
+def _import_rich() -> None:
+    import rich.console
+    import rich.table  # noqa: F401 - imported for the report printed after the checks
 
 
 def console() -> Console:

@@ -1,0 +1,76 @@
+"""The console script ends without the interpreter's teardown (``cli.exit_without_teardown``):
+these check that nothing a normal exit does for the user is lost with it — buffered output,
+exit handlers, a thread still at work, the exit code."""
+
+from __future__ import annotations
+
+import io
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+MODEL = ROOT / "models" / "gpt2.ts.onnx"
+
+
+def _python(code: str, *args: str, tmp_path: Path) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env.pop("PYTHONUNBUFFERED", None)  # buffered streams, as a user's shell has them
+    return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True,
+                          env=env, cwd=tmp_path, timeout=300, check=False)
+
+
+def test_piped_output_is_complete_and_exit_handlers_run(tmp_path, cli):
+    """``onnxopt ir`` prints the whole IR into a pipe, more than Python's buffer for it holds;
+    every byte arrives, and a handler registered with ``atexit`` still runs after it (what it
+    writes unflushed is flushed too)."""
+    code, expected, _ = cli("ir", MODEL)
+    assert code == 0 and len(expected) > 8 * io.DEFAULT_BUFFER_SIZE
+    done = _python(
+        "import atexit, sys\n"
+        "from onnxopt.cli import main\n"
+        "atexit.register(lambda: sys.stdout.write('|handler ran'))\n"
+        "sys.argv = ['onnxopt', 'ir', sys.argv[1]]\n"
+        "main()\n"
+        "print('not reached')\n", str(MODEL), tmp_path=tmp_path)
+    assert done.returncode == 0
+    assert done.stdout == expected + "|handler ran"
+    assert done.stderr == ""
+
+
+def test_exit_code_and_error_line_survive(tmp_path):
+    done = _python("from onnxopt.cli import main\nimport sys\n"
+                   "sys.argv = ['onnxopt', 'optimize', 'missing.onnx']\nmain()\n",
+                   tmp_path=tmp_path)
+    assert done.returncode == 2
+    assert done.stderr == "onnxopt: error: missing.onnx: no such file\n"
+
+
+def test_a_running_thread_is_waited_for(tmp_path):
+    """With another (non-daemon) thread alive, the exit is Python's own, which waits for it."""
+    marker = tmp_path / "thread-finished"
+    done = _python(
+        "import sys, threading, time\n"
+        "from onnxopt.cli import main\n"
+        "marker = sys.argv[1]\n"
+        "def late():\n"
+        "    time.sleep(0.5)\n"
+        "    open(marker, 'w').close()\n"
+        "threading.Thread(target=late).start()\n"
+        "sys.argv = ['onnxopt', '--version']\n"
+        "main()\n", str(marker), tmp_path=tmp_path)
+    assert done.returncode == 0
+    assert done.stdout.startswith("onnxopt, version")
+    assert marker.exists()
+
+
+def test_optimize_through_a_pipe_writes_its_file_and_report(tmp_path):
+    out = tmp_path / "o.onnx"
+    done = _python("from onnxopt.cli import main\nimport sys\n"
+                   "sys.argv = ['onnxopt', 'optimize', sys.argv[1], '-o', sys.argv[2], "
+                   "'--target', 'cpu']\nmain()\n", str(MODEL), str(out), tmp_path=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("nodes by op")
+    assert done.stdout.rstrip().endswith(f"wrote {out}")
+    assert out.stat().st_size > 0 and not [p for p in tmp_path.iterdir() if p.name != "o.onnx"]
