@@ -1,8 +1,11 @@
 """Time two whole commands side by side: A B A B …, wall seconds and peak memory of each run.
 
     python benchmarks/paired_command.py -n 11 \\
-        --a "python -m onnxopt optimize M.onnx -o /tmp/a.onnx --target cpu -q" \\
-        --b "env PYTHONPATH=/path/to/baseline python -m onnxopt optimize M.onnx -o /tmp/b.onnx --target cpu -q"
+        --a "python -P -m onnxopt optimize M.onnx -o /tmp/a.onnx --target cpu -q" \\
+        --b "env PYTHONPATH=/path/to/baseline python -P -m onnxopt optimize M.onnx -o /tmp/b.onnx --target cpu -q"
+
+``-P``: without it, ``python -m`` puts the current folder first on the import path, ahead of
+``PYTHONPATH``, so from a checkout's root both commands would import that checkout.
 
 Why: these machines are shared, and their speed drifts from minute to minute by more than
 most of the differences worth measuring. Runs taken in turn see the same drift, so the ratio
