@@ -29,6 +29,7 @@ from onnxopt.ir.node import STANDARD_DOMAINS
 from onnxopt.ir.tensor import LazyTensor
 from onnxopt.ir.verifier import verify_graph
 from onnxopt.options import OptimizeOptions
+from onnxopt.runtime.ort_module import load_now
 from onnxopt.select import SelectReport
 
 Progress = Callable[[str], None]
@@ -110,7 +111,9 @@ def run_pipeline(source: str | ModelProto, options: OptimizeOptions | None = Non
         report.stage_seconds[name] = report.stage_seconds.get(name, 0.0) + time.perf_counter() - start
         return result
 
-    model = timed("import", lambda: import_model(source))
+    # ONNX Runtime's module is loaded while onnx's inference runs (onnxopt.runtime.ort_module):
+    # the fuse stage's probes, the select stage and the safeguard's checks all use it.
+    model = timed("import", lambda: import_model(source, meanwhile=load_now))
     report.nodes_before = op_histogram(model)
     if options.debug:
         verify_graph(model.graph)

@@ -6,7 +6,6 @@ import os
 
 import click
 import numpy as np
-import onnxruntime as ort
 
 from onnxopt.commands.options import debug_option
 from onnxopt.errors import OnnxoptError, UsageError
@@ -14,6 +13,7 @@ from onnxopt.importer.load import read_model_proto
 from onnxopt.ir.dtypes import dtype_name, numpy_dtype
 from onnxopt.runtime import RuntimeUnavailable, cuda_available, session, used_ops
 from onnxopt.runtime.cuda import DOMAIN as CUDA_DOMAIN
+from onnxopt.runtime.ort_module import ort
 from onnxopt.verification.inputs import make_inputs
 
 

@@ -15,11 +15,11 @@ from collections.abc import Iterator
 from typing import Any
 
 import onnx
-import onnxruntime as ort
 
 from onnxopt.exporter.serialize import model_bytes
 from onnxopt.importer.load import has_external_data
 from onnxopt.runtime import session as bridge_session
+from onnxopt.runtime.ort_module import ort
 
 QUIET = 4  # ORT's "fatal only" severity
 

@@ -15,6 +15,7 @@ import functools
 import gc
 import os
 import re
+from collections.abc import Callable
 
 import numpy as np
 import onnx
@@ -26,6 +27,7 @@ from onnxopt.importer.load import (
     external_problem,
     fix_undecodable_text,
     has_undecodable_text,
+    raw_lengths,
     read_model_proto,
     resolve_external,
     tensor_bytes,
@@ -44,8 +46,11 @@ from onnxopt.ir.value import Shape, Value
 from onnxopt.isolation import Child, Done, NativeCrash, started
 
 
-def import_model(source: str | ModelProto, *, infer_shapes: bool = True) -> Model:
-    """Read a path or ModelProto into the IR (external data referenced, not loaded)."""
+def import_model(source: str | ModelProto, *, infer_shapes: bool = True,
+                 meanwhile: Callable[[], None] | None = None) -> Model:
+    """Read a path or ModelProto into the IR (external data referenced, not loaded).
+    ``meanwhile``: work of the caller's to do while onnx's shape inference runs in its child,
+    right before the importer would wait for it (nothing is done without that child)."""
     if isinstance(source, ModelProto):
         proto, label, base_dir = source, "<model>", None
         check_versions(proto, label)
@@ -60,7 +65,7 @@ def import_model(source: str | ModelProto, *, infer_shapes: bool = True) -> Mode
                                   os.path.dirname(os.path.abspath(path)))
         text_checked = False  # the proto is onnxopt's own: fixed in place, if need be
     with _gc_paused():
-        return _Importer(label, base_dir).run(proto, infer_shapes, text_checked)
+        return _Importer(label, base_dir).run(proto, infer_shapes, text_checked, meanwhile)
 
 
 @contextlib.contextmanager
@@ -111,8 +116,10 @@ class _Importer:
         self.other_types: dict[tuple, dict[str, onnx.TypeProto]] = {}
         self._path: tuple = ()
         self.opset = 0
+        self.raw_lengths: dict[str, int] = {}  # the main graph's initializers' (raw_lengths)
 
-    def run(self, proto: ModelProto, infer_shapes: bool, text_checked: bool = True) -> Model:
+    def run(self, proto: ModelProto, infer_shapes: bool, text_checked: bool = True,
+            meanwhile: Callable[[], None] | None = None) -> Model:
         self.opset = onnx_opset(proto)
         hint = started(_inferred_graph, proto) if infer_shapes else None
         try:
@@ -124,8 +131,11 @@ class _Importer:
                     hint = started(_inferred_graph, proto)
             declared = set(_declared_names(proto.graph))
             ranks_declared = _ranks_declared(proto.graph)
-            source_tensor_bytes = tensor_bytes(proto)
+            self.raw_lengths = raw_lengths(proto.graph)
+            source_tensor_bytes = tensor_bytes(proto, raw_lengths=self.raw_lengths)
             if hint is not None:
+                if meanwhile is not None:
+                    meanwhile()
                 waited, hint = hint, None
                 self._collect_inferred_shapes(waited)
         finally:
@@ -245,7 +255,8 @@ class _Importer:
                 if name not in read:
                     continue  # external data nothing reads: ORT never loads it, neither do we
             self._claim(scope, names, name, "initializer")
-            if len(protos) == 1 and tensor_problem(t) is None:
+            known = self.raw_lengths.get(name) if parent is None else None
+            if len(protos) == 1 and tensor_problem(t, known) is None:
                 scope.values[name] = graph.add_constant(self._tensor(t), name, exact_name=True)
             else:  # unreadable, or given twice (ORT's pick between them is its own): kept as is
                 dims = tuple(t.dims) if tensor_problem(t) is None else None  # not to be trusted

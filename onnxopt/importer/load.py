@@ -247,23 +247,50 @@ def _short(e: Exception) -> str:
     return text[0][:120] if text else ""
 
 
-def tensor_bytes(proto: ModelProto, external: dict | None = None) -> int:
+def tensor_bytes(proto: ModelProto, external: dict | None = None, *,
+                 raw_lengths: dict[str, int] | None = None) -> int:
     """Bytes of every initializer and tensor attribute, subgraphs included; an external
     tensor counts its recorded length (or, for an exporter placeholder, the length of its
-    source in ``external``)."""
+    source in ``external``). ``raw_lengths``: :func:`raw_lengths` of the main graph, where the
+    caller has them."""
+    known = raw_lengths or {}
     total = 0
-    for t in _tensors(proto.graph):
-        if t.data_location == TensorProto.EXTERNAL:
-            src = (external or {}).get(t.name)
-            info = {e.key: e.value for e in t.external_data}
-            try:
-                total += src.nbytes if src is not None else int(
-                    info.get("length") or _expected_nbytes(t) or 0)
-            except ValueError:
-                continue  # a malformed length: import refuses the file with a reason
-        else:
-            total += stored_size(t)
+    for t in proto.graph.initializer:
+        length = known.get(t.name)
+        total += length if length is not None else _weight(t, external)
+    for t in _tensors(proto.graph, initializers=False):
+        total += _weight(t, external)
     return total
+
+
+def raw_lengths(graph: onnx.GraphProto) -> dict[str, int]:
+    """The length of the raw data of each of ``graph``'s own initializers that holds its bytes
+    inline as raw data, by name (a name given twice is left out). protobuf hands raw data out
+    only as a copy, so each such count copies the tensor's bytes: 20-30 ms on the 24-layer
+    GPT-2's 78 MB. The importer counts once, for the source's weight (:func:`tensor_bytes`)
+    and for each initializer's check (:func:`tensor_problem`)."""
+    lengths: dict[str, int] = {}
+    seen: set[str] = set()
+    for t in graph.initializer:
+        if t.name in seen:
+            lengths.pop(t.name, None)
+            continue
+        seen.add(t.name)
+        if t.data_location != TensorProto.EXTERNAL and t.HasField("raw_data"):
+            lengths[t.name] = len(t.raw_data)
+    return lengths
+
+
+def _weight(t: TensorProto, external: dict | None) -> int:
+    if t.data_location != TensorProto.EXTERNAL:
+        return stored_size(t)
+    src = (external or {}).get(t.name)
+    info = {e.key: e.value for e in t.external_data}
+    try:
+        return src.nbytes if src is not None else int(
+            info.get("length") or _expected_nbytes(t) or 0)
+    except ValueError:
+        return 0  # a malformed length: import refuses the file with a reason
 
 
 def has_external_data(graph: onnx.GraphProto) -> bool:
@@ -272,8 +299,9 @@ def has_external_data(graph: onnx.GraphProto) -> bool:
     return any(t.data_location == TensorProto.EXTERNAL for t in _tensors(graph))
 
 
-def _tensors(graph: onnx.GraphProto):
-    yield from graph.initializer
+def _tensors(graph: onnx.GraphProto, *, initializers: bool = True):
+    if initializers:
+        yield from graph.initializer
     for sparse in graph.sparse_initializer:
         yield sparse.values
         yield sparse.indices
@@ -299,10 +327,11 @@ _TYPED_FIELDS = {  # element type -> (field holding its values, values per eleme
 }
 
 
-def tensor_problem(t: TensorProto) -> str | None:
+def tensor_problem(t: TensorProto, raw_length: int | None = None) -> str | None:
     """Why onnxopt cannot read a tensor's numbers, or None. Checked without reading them:
     an element type NumPy has no equivalent for, segments, data whose size does not fit
-    the type and shape. Such a tensor is kept as it is and no pass reads it."""
+    the type and shape. Such a tensor is kept as it is and no pass reads it. ``raw_length``:
+    the length of its raw data, where the caller has counted it (:func:`raw_lengths`)."""
     if t.HasField("segment"):
         return "it is stored in segments"
     name = dtype_name(t.data_type)
@@ -315,10 +344,13 @@ def tensor_problem(t: TensorProto) -> str | None:
         if d < 0:
             return "it has a negative dimension"
         count *= d
-    if t.HasField("raw_data"):
+    if raw_length is not None or t.HasField("raw_data"):
         expected = _expected_nbytes(t)
-        if expected is not None and len(t.raw_data) != expected:
-            return f"{len(t.raw_data)} bytes of data where its type and shape need {expected}"
+        if expected is None:
+            return None
+        length = len(t.raw_data) if raw_length is None else raw_length
+        if length != expected:
+            return f"{length} bytes of data where its type and shape need {expected}"
         return None
     field, per = _TYPED_FIELDS.get(t.data_type, (None, 1))
     if field is None:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import functools
 
-import onnxruntime as ort
+from .ort_module import ort
 
 
 @functools.lru_cache(maxsize=1)

@@ -18,10 +18,9 @@ import ctypes
 import threading
 from collections.abc import Iterable
 
-import onnxruntime as ort
-
 from . import native, ortapi
 from .customop import CustomOp
+from .ort_module import ort
 from .registry import KernelSpec
 
 _REGISTER_FN = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)

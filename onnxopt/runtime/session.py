@@ -13,10 +13,10 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 import onnx
-import onnxruntime as ort
 
 from . import cuda_available, domains
 from .errors import RuntimeUnavailable
+from .ort_module import ort
 from .registry import CPU, CUDA, REGISTRY, KernelRegistry, KernelSpec
 
 ModelSource = str | os.PathLike | bytes | onnx.ModelProto

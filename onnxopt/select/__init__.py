@@ -12,12 +12,11 @@ from __future__ import annotations
 
 import dataclasses
 
-import onnxruntime
-
 from onnxopt.ir.builder import FUSED_DOMAIN
 from onnxopt.ir.model import Model
 from onnxopt.legality.target import Target, make_target
 from onnxopt.options import OptimizeOptions
+from onnxopt.runtime.ort_module import ort
 from onnxopt.select import cost_model, tuning
 from onnxopt.select.bind import bind
 from onnxopt.select.decompose import decomposition_kernels
@@ -114,7 +113,7 @@ class _Tuner:
 
         self.model, self.target, self.binding = model, target, binding
         self.cache = tuning.TuningCache(options.tune_cache)
-        self.ort_version = onnxruntime.__version__
+        self.ort_version = ort.__version__
         self.timed = 0
         self.measure_missing = options.tune  # a cache alone is read, never extended
 
