@@ -1,6 +1,8 @@
-"""The console script ends without the interpreter's teardown (``cli.exit_without_teardown``):
-these check that nothing a normal exit does for the user is lost with it — buffered output,
-exit handlers, a thread still at work, the exit code."""
+"""What the console script does to its own process: it ends without the interpreter's teardown
+(``cli.exit_without_teardown``) — nothing a normal exit does for the user may be lost with it:
+buffered output, exit handlers, a thread still at work, the exit code — and it lets the
+garbage collector run less often (``cli.fewer_collections``), which a caller of ``main(argv)``
+does not get."""
 
 from __future__ import annotations
 
@@ -74,3 +76,20 @@ def test_optimize_through_a_pipe_writes_its_file_and_report(tmp_path):
     assert done.stdout.startswith("nodes by op")
     assert done.stdout.rstrip().endswith(f"wrote {out}")
     assert out.stat().st_size > 0 and not [p for p in tmp_path.iterdir() if p.name != "o.onnx"]
+
+
+def test_the_collector_threshold_is_the_console_scripts_alone(tmp_path):
+    import gc
+
+    from onnxopt.cli import main
+
+    done = _python("import atexit, gc, sys\n"
+                   "from onnxopt.cli import main\n"
+                   "atexit.register(lambda: print(gc.get_threshold()[0]))\n"
+                   "sys.argv = ['onnxopt', '--version']\n"
+                   "main()\n", tmp_path=tmp_path)
+    assert done.returncode == 0
+    assert done.stdout.splitlines()[-1] == "10000"
+    before = gc.get_threshold()
+    assert main(["--version"]) == 0
+    assert gc.get_threshold() == before
