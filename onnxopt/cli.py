@@ -107,9 +107,11 @@ def exit_without_teardown(code: int) -> None:
     every module's objects. On a 24-layer GPT-2 that took 0.09–0.14 s of a 1.7 s command
     (benchmarks/RESULTS.md), and the kernel reclaims the same memory at once. Nothing else is
     skipped: the exit handlers run (``atexit``, which ``logging`` and temporary folders use)
-    and the standard streams are flushed. Where another thread still runs, the normal exit
-    waits for it as Python does."""
-    if threading.active_count() > 1:
+    and the standard streams are flushed. Where another thread that is not a daemon still
+    runs, the normal exit waits for it as Python does (a daemon thread it would not wait for:
+    the printer's import, for one)."""
+    main_thread = threading.main_thread()
+    if any(not t.daemon for t in threading.enumerate() if t is not main_thread):
         sys.exit(code)
     atexit._run_exitfuncs()  # what a normal exit runs first; CPython has no public name
     for stream in (sys.stdout, sys.stderr):
