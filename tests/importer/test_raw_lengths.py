@@ -26,6 +26,19 @@ def _graph() -> onnx.GraphProto:
     return helper.make_graph([], "g", [], [], [raw, typed, twice_a, twice_b, outside])
 
 
+def _saved_add(w: TensorProto, folder: Path) -> str:
+    """``y = x + w`` for a 4-element ``x``, saved in ``folder``."""
+    graph = helper.make_graph(
+        [helper.make_node("Add", ["x", "w"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])], [w])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 9
+    path = folder / "add.onnx"
+    onnx.save(model, path)
+    return str(path)
+
+
 def test_counts_inline_raw_data_of_names_given_once():
     assert raw_lengths(_graph()) == {"raw": 24}
 
@@ -48,15 +61,7 @@ def test_a_short_initializer_is_still_kept_as_it_is(tmp_path):
     """A main-graph initializer whose raw data is short is found so with the counts."""
     short = numpy_helper.from_array(np.zeros(4, dtype=np.float32), "w")
     short.raw_data = short.raw_data[:12]
-    graph = helper.make_graph(
-        [helper.make_node("Add", ["x", "w"], ["y"])], "g",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])], [short])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 9
-    path = tmp_path / "short.onnx"
-    onnx.save(model, path)
-    imported = import_model(str(path))
+    imported = import_model(_saved_add(short, tmp_path))
     assert "w" in imported.graph.opaque_initializers
     assert "w" not in imported.graph.constants
     assert imported.source_tensor_bytes == 12
@@ -67,15 +72,7 @@ def test_the_importer_checks_with_the_counts_it_made(tmp_path, monkeypatch):
     with the data, which cannot happen unmocked, shows which one it read)."""
     from onnxopt.importer import build
 
-    w = numpy_helper.from_array(np.zeros(4, dtype=np.float32), "w")
-    graph = helper.make_graph(
-        [helper.make_node("Add", ["x", "w"], ["y"])], "g",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])], [w])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 9
-    path = tmp_path / "m.onnx"
-    onnx.save(model, path)
-    assert "w" in import_model(str(path)).graph.constants
+    path = _saved_add(numpy_helper.from_array(np.zeros(4, dtype=np.float32), "w"), tmp_path)
+    assert "w" in import_model(path).graph.constants
     monkeypatch.setattr(build, "raw_lengths", lambda graph: {"w": 12})
-    assert "w" in import_model(str(path)).graph.opaque_initializers
+    assert "w" in import_model(path).graph.opaque_initializers
