@@ -116,7 +116,8 @@ def exit_without_teardown(code: int) -> None:
     atexit._run_exitfuncs()  # what a normal exit runs first; CPython has no public name
     for stream in (sys.stdout, sys.stderr):
         try:
-            stream.flush()
+            if stream is not None:  # None: the descriptor was closed, or a printer dropped it
+                stream.flush()
         except (OSError, ValueError):  # a closed pipe or stream: nothing more can be said
             pass
     os._exit(code)

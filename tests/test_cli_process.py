@@ -16,6 +16,12 @@ ROOT = Path(__file__).resolve().parents[1]
 MODEL = ROOT / "models" / "gpt2.ts.onnx"
 
 
+_OPTIMIZE_ARGV_MODEL_OUTPUT = (
+    "import sys\nfrom onnxopt.cli import main\n"
+    "sys.argv = ['onnxopt', 'optimize', sys.argv[1], '-o', sys.argv[2], '--target', 'cpu']\n"
+    "main()\n")
+
+
 def _python(code: str, *args: str, tmp_path: Path) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     env.pop("PYTHONUNBUFFERED", None)  # buffered streams, as a user's shell has them
@@ -69,9 +75,7 @@ def test_a_running_thread_is_waited_for(tmp_path):
 
 def test_optimize_through_a_pipe_writes_its_file_and_report(tmp_path):
     out = tmp_path / "o.onnx"
-    done = _python("from onnxopt.cli import main\nimport sys\n"
-                   "sys.argv = ['onnxopt', 'optimize', sys.argv[1], '-o', sys.argv[2], "
-                   "'--target', 'cpu']\nmain()\n", str(MODEL), str(out), tmp_path=tmp_path)
+    done = _python(_OPTIMIZE_ARGV_MODEL_OUTPUT, str(MODEL), str(out), tmp_path=tmp_path)
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("nodes by op")
     assert done.stdout.rstrip().endswith(f"wrote {out}")
@@ -93,3 +97,21 @@ def test_the_collector_threshold_is_the_console_scripts_alone(tmp_path):
     before = gc.get_threshold()
     assert main(["--version"]) == 0
     assert gc.get_threshold() == before
+
+
+def test_closed_or_dropped_stdout_exits_quietly(tmp_path):
+    """With descriptor 1 closed (``>&-``), or ``sys.stdout`` dropped to None as a printer
+    does after a broken pipe, the command still exits with its code and no traceback."""
+    closed = subprocess.run(
+        [sys.executable, "-c", _OPTIMIZE_ARGV_MODEL_OUTPUT, str(MODEL), str(tmp_path / "o.onnx")],
+        stdin=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, timeout=300, check=False,
+        env=dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")),
+        preexec_fn=lambda: os.close(1))
+    assert (closed.returncode, closed.stderr) == (0, "")
+    assert (tmp_path / "o.onnx").stat().st_size > 0
+    dropped = _python("import sys\nfrom onnxopt.cli import main\n"
+                      "sys.argv = ['onnxopt', '--version']\n"
+                      "import atexit\natexit.register(lambda: setattr(sys, 'stdout', None))\n"
+                      "main()\n", tmp_path=tmp_path)
+    assert dropped.returncode == 0
+    assert dropped.stderr == ""
