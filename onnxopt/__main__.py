@@ -1,3 +1,3 @@
-from onnxopt.cli import main
+from onnxopt.cli import run
 
-main()
+run()

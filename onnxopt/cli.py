@@ -47,12 +47,26 @@ def _register_commands() -> None:
     register(cli)
 
 
+def run() -> None:
+    """The ``onnxopt`` console script and ``python -m onnxopt``: :func:`main` in a process
+    of its own, which it tunes for one command (:func:`fewer_collections`) and ends without
+    the interpreter's teardown (:func:`exit_without_teardown`)."""
+    fewer_collections()
+    exit_without_teardown(_command(sys.argv[1:]))
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of the console script; returns (and exits with) the exit code."""
-    args = list(sys.argv[1:] if argv is None else argv)
-    debug = "--debug" in args
+    """The command line from Python: returns the exit code for ``argv``; without ``argv``
+    it reads ``sys.argv`` and exits with the code (``SystemExit``, which a caller may catch).
+    Neither touches the process's settings or skips its teardown; :func:`run` does."""
+    code = _command(list(sys.argv[1:] if argv is None else argv))
     if argv is None:
-        fewer_collections()
+        sys.exit(code)
+    return code
+
+
+def _command(args: list[str]) -> int:
+    debug = "--debug" in args
     _register_commands()
     try:
         cli.main(args=args, prog_name="onnxopt", standalone_mode=False)
@@ -80,8 +94,6 @@ def main(argv: list[str] | None = None) -> int:
         click.echo(f"onnxopt: internal error: {type(e).__name__}: {first} "
                    "(run with --debug for the traceback)", err=True)
         code = 3
-    if argv is None:
-        exit_without_teardown(code)
     return code
 
 
@@ -92,8 +104,8 @@ def fewer_collections() -> None:
     collections find nothing to free. With Python's default first threshold (700
     allocations) the collector ran 106 young and 9 middle collections while the 24-layer
     GPT-2 was optimized, 33-43 ms in all; at 10,000 it runs 6, in 16-20 ms, with the same
-    peak memory (benchmarks/RESULTS.md). Only the console script sets it: a program calling
-    onnxopt's API keeps its own settings."""
+    peak memory (benchmarks/RESULTS.md). Only :func:`run` sets it: a program calling
+    :func:`main` or the API keeps its own settings."""
     _, middle, old = gc.get_threshold()
     gc.set_threshold(10_000, middle, old)
 

@@ -1,8 +1,8 @@
-"""What the console script does to its own process: it ends without the interpreter's teardown
-(``cli.exit_without_teardown``) — nothing a normal exit does for the user may be lost with it:
-buffered output, exit handlers, a thread still at work, the exit code — and it lets the
-garbage collector run less often (``cli.fewer_collections``), which a caller of ``main(argv)``
-does not get."""
+"""What the console script (``cli.run``) does to its own process: it ends without the
+interpreter's teardown (``cli.exit_without_teardown``) — nothing a normal exit does for the
+user may be lost with it: buffered output, exit handlers, a thread still at work, the exit
+code — and it lets the garbage collector run less often (``cli.fewer_collections``). A
+caller of ``cli.main`` gets neither."""
 
 from __future__ import annotations
 
@@ -17,9 +17,9 @@ MODEL = ROOT / "models" / "gpt2.ts.onnx"
 
 
 _OPTIMIZE_ARGV_MODEL_OUTPUT = (
-    "import sys\nfrom onnxopt.cli import main\n"
+    "import sys\nfrom onnxopt.cli import run\n"
     "sys.argv = ['onnxopt', 'optimize', sys.argv[1], '-o', sys.argv[2], '--target', 'cpu']\n"
-    "main()\n")
+    "run()\n")
 
 
 def _python(code: str, *args: str, tmp_path: Path) -> subprocess.CompletedProcess:
@@ -37,10 +37,10 @@ def test_piped_output_is_complete_and_exit_handlers_run(tmp_path, cli):
     assert code == 0 and len(expected) > 8 * io.DEFAULT_BUFFER_SIZE
     done = _python(
         "import atexit, sys\n"
-        "from onnxopt.cli import main\n"
+        "from onnxopt.cli import run\n"
         "atexit.register(lambda: sys.stdout.write('|handler ran'))\n"
         "sys.argv = ['onnxopt', 'ir', sys.argv[1]]\n"
-        "main()\n"
+        "run()\n"
         "print('not reached')\n", str(MODEL), tmp_path=tmp_path)
     assert done.returncode == 0
     assert done.stdout == expected + "|handler ran"
@@ -48,8 +48,8 @@ def test_piped_output_is_complete_and_exit_handlers_run(tmp_path, cli):
 
 
 def test_exit_code_and_error_line_survive(tmp_path):
-    done = _python("from onnxopt.cli import main\nimport sys\n"
-                   "sys.argv = ['onnxopt', 'optimize', 'missing.onnx']\nmain()\n",
+    done = _python("from onnxopt.cli import run\nimport sys\n"
+                   "sys.argv = ['onnxopt', 'optimize', 'missing.onnx']\nrun()\n",
                    tmp_path=tmp_path)
     assert done.returncode == 2
     assert done.stderr == "onnxopt: error: missing.onnx: no such file\n"
@@ -60,14 +60,14 @@ def test_a_running_thread_is_waited_for(tmp_path):
     marker = tmp_path / "thread-finished"
     done = _python(
         "import sys, threading, time\n"
-        "from onnxopt.cli import main\n"
+        "from onnxopt.cli import run\n"
         "marker = sys.argv[1]\n"
         "def late():\n"
         "    time.sleep(0.5)\n"
         "    open(marker, 'w').close()\n"
         "threading.Thread(target=late).start()\n"
         "sys.argv = ['onnxopt', '--version']\n"
-        "main()\n", str(marker), tmp_path=tmp_path)
+        "run()\n", str(marker), tmp_path=tmp_path)
     assert done.returncode == 0
     assert done.stdout.startswith("onnxopt, version")
     assert marker.exists()
@@ -88,10 +88,10 @@ def test_the_collector_threshold_is_the_console_scripts_alone(tmp_path):
     from onnxopt.cli import main
 
     done = _python("import atexit, gc, sys\n"
-                   "from onnxopt.cli import main\n"
+                   "from onnxopt.cli import run\n"
                    "atexit.register(lambda: print(gc.get_threshold()[0]))\n"
                    "sys.argv = ['onnxopt', '--version']\n"
-                   "main()\n", tmp_path=tmp_path)
+                   "run()\n", tmp_path=tmp_path)
     assert done.returncode == 0
     assert done.stdout.splitlines()[-1] == "10000"
     before = gc.get_threshold()
@@ -109,9 +109,21 @@ def test_closed_or_dropped_stdout_exits_quietly(tmp_path):
         preexec_fn=lambda: os.close(1))
     assert (closed.returncode, closed.stderr) == (0, "")
     assert (tmp_path / "o.onnx").stat().st_size > 0
-    dropped = _python("import sys\nfrom onnxopt.cli import main\n"
+    dropped = _python("import sys\nfrom onnxopt.cli import run\n"
                       "sys.argv = ['onnxopt', '--version']\n"
                       "import atexit\natexit.register(lambda: setattr(sys, 'stdout', None))\n"
-                      "main()\n", tmp_path=tmp_path)
+                      "run()\n", tmp_path=tmp_path)
     assert dropped.returncode == 0
     assert dropped.stderr == ""
+
+
+def test_main_without_argv_still_raises_system_exit(tmp_path):
+    """A program calling ``main()`` can catch its exit, and keeps its collector settings."""
+    done = _python("import gc, sys\nfrom onnxopt.cli import main\n"
+                   "sys.argv = ['onnxopt', 'optimize', 'missing.onnx']\n"
+                   "before = gc.get_threshold()\n"
+                   "try:\n    main()\nexcept SystemExit as e:\n"
+                   "    print('caught', e.code, gc.get_threshold() == before)\n",
+                   tmp_path=tmp_path)
+    assert done.returncode == 0
+    assert done.stdout == "caught 2 True\n"
