@@ -32,7 +32,7 @@ and a copy per block and per tier (13 copies of the attention per layer) made a
 about as fast as the original, and runs as fast as the copies did within the noise of
 paired CPU timings (0.92-1.07x at 1x512, 1.01x at 1x128; benchmarks/RESULTS.md, issue 12).
 The blocks' bounds are computed once outside the Loop (:func:`_block_bounds`), so the body
-holds 20 nodes, not 24.
+holds 21 nodes, not 24.
 """
 
 from __future__ import annotations
@@ -111,7 +111,7 @@ def _looped(b: NodeBuilder, node: Node, q, k, v, mask, sq, skv, count: Value) ->
     empty.dtype = dtype
 
     trips = b.op("Squeeze", count, zero)
-    starts, ends, key_ends = _block_bounds(b, sq, count, trips, offset)
+    bounds = _block_bounds(b, sq, count, trips)
 
     body = _subgraph(b, "block")
     step = body.graph.add_input(body.graph.names.fresh(f"{b.created_by}/block_index"),
@@ -120,8 +120,11 @@ def _looped(b: NodeBuilder, node: Node, q, k, v, mask, sq, skv, count: Value) ->
     done = body.graph.add_input(body.graph.names.fresh(f"{b.created_by}/rows_done"), dtype,
                                 _result_rows(q.shape, v.shape))
     seq_axis = i64(b, [-2], "seq_axis")  # the body reads constants from the enclosing graph
-    start, end, key_end = (body.op("Gather", rows, step, axis=0) for rows in (starts, ends,
-                                                                            key_ends))
+    # Row ``step`` of the bounds, and the next one: a [1] each, as Slice takes them.
+    start = body.op("Gather", bounds, step, axis=0)
+    end = body.op("Gather", bounds, body.op("Add", step, b.const(np.array(1, np.int64),
+                                                                    "block_step")), axis=0)
+    key_end = body.op("Add", end, offset)
     q_block = body.op("Slice", q, start, end, seq_axis)
     k_block = body.op("Slice", k, zero, key_end, seq_axis)
     v_block = body.op("Slice", v, zero, key_end, seq_axis)
@@ -140,27 +143,18 @@ def _looped(b: NodeBuilder, node: Node, q, k, v, mask, sq, skv, count: Value) ->
     return result
 
 
-def _block_bounds(b: NodeBuilder, sq: Value, count: Value, trips: Value,
-                  offset: Value) -> tuple[Value, Value, Value]:
-    """Where each block's query rows start and end, and where its keys end, as columns of
-    ``[blocks, 1]``: block ``i`` is rows
-    ``sq·i/count`` to ``sq·(i+1)/count`` (the last ends at ``sq`` exactly), its keys end
-    ``offset`` further. Computed outside the Loop, the body reads each with one Gather
-    instead of computing it (4 of its nodes fewer, and ONNX Runtime's session creation
-    pays for every node of every Loop body); they depend only on the lengths and the block
-    count, so the layers' copies are merged into one by cleanup."""
-    zero = b.const(np.array(0, np.int64), "first_block")
+def _block_bounds(b: NodeBuilder, sq: Value, count: Value, trips: Value) -> Value:
+    """Where each block's query rows start, as a column of ``[blocks + 1, 1]``: block ``i``
+    is rows ``bounds[i]`` to ``bounds[i + 1]``, ``sq·i/count`` to ``sq·(i+1)/count`` (the
+    last ends at ``sq`` exactly). Computed outside the Loop, the body reads its two rows
+    with a Gather each instead of computing them (3 of its nodes fewer, and ONNX Runtime's
+    session creation pays for every node of every Loop body); it depends only on the
+    lengths and the block count, so the layers' copies are merged into one by cleanup."""
     one = b.const(np.array(1, np.int64), "block_step")
-    column = i64(b, [1], "column")
-
-    def bound(first: Value, last: Value) -> Value:  # sq·i/count for i in first .. last-1
-        blocks = b.op("Range", first, last, one)
-        return b.op("Unsqueeze", b.op("Div", b.op("Mul", blocks, sq), count), column)
-
-    # Two ranges rather than one sliced by a row: ONNX Runtime's load then tried to put the
-    # unsliced rows in the body's place of the sliced ones, and warned that it could not.
-    ends = bound(one, b.op("Add", trips, one))
-    return bound(zero, trips), ends, b.op("Add", ends, offset)
+    blocks = b.op("Range", b.const(np.array(0, np.int64), "first_block"),
+                  b.op("Add", trips, one), one)  # 0 .. count
+    return b.op("Unsqueeze", b.op("Div", b.op("Mul", blocks, sq), count),
+                i64(b, [1], "column"))
 
 
 def _every_row_sees_a_key(b: NodeBuilder, mask: Value) -> Value:
