@@ -99,6 +99,19 @@ def test_one_loop_over_one_copy_of_the_attention(bind_text):
     assert [n.op_type for n in body.node].count("Softmax") == 1
 
 
+def test_block_bounds_are_computed_outside_the_loop(bind_text):
+    """The body gathers its block's bounds from one range computed outside it: it divides
+    nothing itself (ONNX Runtime's session creation pays for every body node)."""
+    bound = bind_text(causal_attention(), KERNEL)
+    ops = [n.op_type for n in bound.proto.graph.node]
+    assert ops.count("Range") == 1
+    (loop,) = [n for n in bound.proto.graph.node if n.op_type == "Loop"]
+    (body,) = [a.g for a in loop.attribute if a.name == "body"]
+    body_ops = [n.op_type for n in body.node]
+    assert body_ops.count("Gather") == 2
+    assert "Div" not in body_ops and "Range" not in body_ops
+
+
 @pytest.mark.parametrize("pad", ["none", "right"])
 def test_eight_blocks_at_long_sequences(check_kernel, pad):
     seq = TIERS[1][0] + 37
