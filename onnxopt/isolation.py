@@ -106,7 +106,7 @@ def started(fn: Callable[..., T], *args: Any) -> Child | Done:
 
 # Children whose answer came back but whose exit has not been waited for yet. A child that
 # has written its answer still has its memory torn down by the kernel before it is gone:
-# 5-13 ms for one forked from a 450 MB parent (the 24-layer GPT-2's checks), which the
+# 2-14 ms for one forked from a 450 MB parent (the 24-layer GPT-2's checks), which the
 # parent would wait for with nothing left to learn. It is reaped later instead: before the
 # next fork, and at exit (the console script's exit runs exit handlers too), so no child
 # outlives onnxopt as a zombie.
