@@ -20,7 +20,7 @@ from onnx import ModelProto
 
 from onnxopt import fuse, normalize, select
 from onnxopt.errors import OnnxoptError
-from onnxopt.exporter import export_model_lazy
+from onnxopt.exporter.build import export_model_encoded
 from onnxopt.exporter.save import StagedFile
 from onnxopt.fuse import FusionReport
 from onnxopt.importer import import_model
@@ -79,6 +79,9 @@ class OptimizeResult:
     # and already staged beside the output where the safeguard was given it.
     serialized: bytes | None = None
     staged: StagedFile | None = None
+    # Main-graph initializers (by position in ``proto``) that are the input's own messages,
+    # with their bytes in the input file: written as those bytes (exporter/serialize.py).
+    encoded: dict[int, memoryview] = field(default_factory=dict)
 
 
 def op_histogram(model: Model) -> Counter:
@@ -120,7 +123,7 @@ def run_pipeline(source: str | ModelProto, options: OptimizeOptions | None = Non
     for name, stage in [*_stages(options), ("export", None)]:
         try:
             if stage is None:
-                proto, external = timed(name, lambda: export_model_lazy(model))
+                proto, external, encoded = timed(name, lambda: export_model_encoded(model))
                 continue
             summary = timed(name, lambda stage=stage: stage(model, options))
         except OnnxoptError:
@@ -134,7 +137,7 @@ def run_pipeline(source: str | ModelProto, options: OptimizeOptions | None = Non
         if options.debug:
             verify_graph(model.graph)
     report.nodes_after = proto_histogram(proto.graph)
-    return OptimizeResult(model, proto, external, report)
+    return OptimizeResult(model, proto, external, report, encoded=encoded)
 
 
 def _stages(options: OptimizeOptions) -> list[tuple[str, Callable[[Model, OptimizeOptions], Any]]]:

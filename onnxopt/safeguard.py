@@ -89,7 +89,8 @@ class _Guard:
             # Serialized once: the first result's pieces are written beside the output and the
             # checks load that file (the writer then only renames it); a result of the search
             # is checked from its bytes, joined.
-            parts = serialized_parts(result.proto, result.external, size=size)
+            parts = serialized_parts(result.proto, result.external, size=size,
+                                     encoded=result.encoded)
             staged = serialized = None
             if self.stage is not None and parts is not None and not hold:
                 staged = self.stage(parts)

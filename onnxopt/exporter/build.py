@@ -41,6 +41,15 @@ def export_model_lazy(model: Model) -> tuple[ModelProto, dict[str, LazyTensor]]:
     :func:`onnxopt.exporter.save.save_model` streams the placeholders' bytes
     to a data file, so weights never need to be in memory all at once.
     """
+    proto, external, _ = export_model_encoded(model)
+    return proto, external
+
+
+def export_model_encoded(model: Model) -> tuple[ModelProto, dict[str, LazyTensor],
+                                                dict[int, memoryview]]:
+    """:func:`export_model_lazy`, and the main graph's initializers (by position) that are
+    the input's own messages, unchanged, each with its bytes in the input file: what
+    :func:`onnxopt.exporter.serialize.model_parts` writes for them."""
     exporter = ProtoWriter(model)
     proto = ModelProto()
     # Written in place: a graph built apart and copied in would copy every weight once more.
@@ -61,7 +70,7 @@ def export_model_lazy(model: Model) -> tuple[ModelProto, dict[str, LazyTensor]]:
         proto.metadata_props.add(key=k, value=v)
     proto.functions.extend(model.functions)
     proto.ir_version = choose_ir_version(model.ir_version, opsets.get("", 0))
-    return proto, exporter.external
+    return proto, exporter.external, exporter.encoded
 
 
 class ProtoWriter:
@@ -72,6 +81,9 @@ class ProtoWriter:
         self.external: dict[str, LazyTensor] = {}
         self.domains: set[str] = set()  # the domains the written nodes use
         self._read: set[str] = set()  # names the written nodes read (subgraphs included)
+        # Main-graph initializers written as the input's own message: position -> its bytes
+        # in the input file (see export_model_encoded).
+        self.encoded: dict[int, memoryview] = {}
 
     def graph(self, g: Graph, into: GraphProto | None = None) -> GraphProto:
         """``g`` as a GraphProto, written into ``into`` where given."""
@@ -80,8 +92,9 @@ class ProtoWriter:
         _set(gp, "doc_string", g.doc_string)
         for v in g.inputs:
             gp.input.append(value_info(v))
+        main = g is self.model.graph
         for name, tensor in g.input_defaults.items():
-            gp.initializer.append(self.tensor(tensor, name))
+            self._initializer(gp, tensor, name, main)
         known = {v.name for v in g.inputs} | set(g.constants) | {v.name for v in g.outputs}
         for node in g:
             for n in self.node(node):
@@ -106,7 +119,7 @@ class ProtoWriter:
             # model's opset spells as an attribute (Unsqueeze axes before 13): it stays out.
             if v.num_uses and v.name not in self._read and v not in outputs:
                 continue
-            gp.initializer.append(self.tensor(v.const, v.name))
+            self._initializer(gp, v.const, v.name, main)
         for _, protos in g.opaque_initializers.values():
             for kept in protos:
                 if isinstance(kept, onnx.SparseTensorProto):
@@ -126,6 +139,12 @@ class ProtoWriter:
                     vi.type.CopyFrom(declared[k])
             gp.output.append(vi)
         return gp
+
+    def _initializer(self, gp: GraphProto, tensor: LazyTensor, name: str, main: bool) -> None:
+        written = self.tensor(tensor, name)
+        gp.initializer.append(written)
+        if main and tensor.encoded is not None and written is tensor.proto:
+            self.encoded[len(gp.initializer) - 1] = tensor.encoded
 
     def node(self, node: Node) -> list[onnx.NodeProto]:
         domain, values, attrs = export_form(node, self.model.opset)

@@ -14,7 +14,9 @@ from __future__ import annotations
 
 from google.protobuf.message import Message
 from google.protobuf.unknown_fields import UnknownFieldSet
-from onnx import GraphProto, ModelProto
+from onnx import GraphProto, ModelProto, TensorProto
+
+from onnxopt.ir.wire import last_string
 
 # protobuf refuses to parse (and to write) a message of 2 GB or more.
 PROTOBUF_MAX_BYTES = (1 << 31) - 1
@@ -27,17 +29,25 @@ def model_bytes(proto: ModelProto) -> bytes:
     return b"".join(model_parts(proto))
 
 
-def model_parts(proto: ModelProto) -> list[bytes]:
+def model_parts(proto: ModelProto,
+                encoded: dict[int, memoryview] | None = None) -> list[bytes | memoryview]:
     """:func:`model_bytes` in pieces, to be written one after the other: joined, they are one
-    more copy of every weight."""
+    more copy of every weight. ``encoded``: initializers of the graph, by position, whose
+    bytes are at hand as the input file holds them (the exporter's
+    :func:`onnxopt.exporter.build.export_model_encoded`): those pieces are those bytes, not
+    a new encoding. Each is the same message's encoding (its name is checked against the
+    message's: a position that does not match is encoded anew)."""
+    encoded = encoded or {}
     graph = proto.graph
     if (not proto.HasField("graph") or not len(graph.initializer)
             or len(UnknownFieldSet(proto)) or len(UnknownFieldSet(graph))):
         return [proto.SerializeToString()]  # nothing to splice, or fields only the encoder keeps
     initializer_tag = _tag(GraphProto.INITIALIZER_FIELD_NUMBER)
     parts = [_without(graph, "initializer").SerializeToString()]
-    for tensor in graph.initializer:
-        data = tensor.SerializeToString()
+    for position, tensor in enumerate(graph.initializer):
+        data = encoded.get(position)
+        if data is None or not _names(data, tensor.name):
+            data = tensor.SerializeToString()
         parts += (initializer_tag, _varint(len(data)), data)
     graph_size = sum(len(p) for p in parts)
     head = _without(proto, "graph").SerializeToString()
@@ -60,6 +70,15 @@ def _without(message: Message, skipped: str) -> Message:
         else:
             setattr(copy, field.name, value)
     return copy
+
+
+def _names(encoding: memoryview, name: str) -> bool:
+    """Whether a TensorProto's ``encoding`` gives it ``name`` (read without copying the rest)."""
+    try:
+        found = last_string(encoding, TensorProto.NAME_FIELD_NUMBER)
+    except ValueError:
+        return False
+    return (found or b"") == name.encode("utf-8", "surrogatepass")
 
 
 def _tag(field_number: int) -> bytes:

@@ -28,12 +28,13 @@ from onnxopt.importer.load import (
     fix_undecodable_text,
     has_undecodable_text,
     raw_lengths,
-    read_model_proto,
+    read_model_file,
     resolve_external,
     tensor_bytes,
     tensor_problem,
 )
 from onnxopt.importer.toposort import reads_of, topological_order
+from onnxopt.importer.wire import initializer_encodings
 from onnxopt.ir import symdim as sd
 from onnxopt.ir.dtypes import dtype_name
 from onnxopt.ir.graph import Graph, NameScope
@@ -61,11 +62,14 @@ def import_model(source: str | ModelProto, *, infer_shapes: bool = True,
         text_checked = True
     else:
         path = os.fspath(source)
-        proto, label, base_dir = (read_model_proto(path, fix_text=False), path,
-                                  os.path.dirname(os.path.abspath(path)))
+        proto, data = read_model_file(path, fix_text=False)
+        label, base_dir = path, os.path.dirname(os.path.abspath(path))
         text_checked = False  # the proto is onnxopt's own: fixed in place, if need be
+    importer = _Importer(label, base_dir)
+    if not isinstance(source, ModelProto):
+        importer.source_bytes = data
     with _gc_paused():
-        return _Importer(label, base_dir).run(proto, infer_shapes, text_checked, meanwhile)
+        return importer.run(proto, infer_shapes, text_checked, meanwhile)
 
 
 @contextlib.contextmanager
@@ -117,6 +121,9 @@ class _Importer:
         self._path: tuple = ()
         self.opset = 0
         self.raw_lengths: dict[str, int] = {}  # the main graph's initializers' (raw_lengths)
+        self.source_bytes: bytes | None = None  # the file's bytes, where read from a file
+        # The main graph's initializers' bytes in that file, by position (importer/wire.py).
+        self.encodings: list[memoryview] | None = None
 
     def run(self, proto: ModelProto, infer_shapes: bool, text_checked: bool = True,
             meanwhile: Callable[[], None] | None = None) -> Model:
@@ -126,9 +133,13 @@ class _Importer:
             # While onnx's inference runs in its child, what needs no inferred type is done.
             if not text_checked and has_undecodable_text(proto):
                 fix_undecodable_text(proto)
+                self.source_bytes = None  # the messages no longer are what the file holds
                 if hint is not None:  # it was handed the text protobuf cannot write: again
                     hint.cancel()
                     hint = started(_inferred_graph, proto)
+            if self.source_bytes is not None:
+                self.encodings = initializer_encodings(self.source_bytes,
+                                                       len(proto.graph.initializer))
             declared = set(_declared_names(proto.graph))
             ranks_declared = _ranks_declared(proto.graph)
             self.raw_lengths = raw_lengths(proto.graph)
@@ -226,8 +237,14 @@ class _Importer:
         graph = Graph(g.name or "main", parent=parent, names=names)
         graph.doc_string = g.doc_string
         groups: dict[str, list[TensorProto]] = {}
-        for t in g.initializer:
+        # The main graph's initializers' encodings in the file, by the message (held in
+        # ``groups``, so an id stays its own while this runs).
+        encodings = self.encodings if parent is None else None
+        encoded: dict[int, memoryview] = {}
+        for k, t in enumerate(g.initializer):
             groups.setdefault(t.name, []).append(t)
+            if encodings is not None:
+                encoded[id(t)] = encodings[k]
         for vi in g.input:
             known = scope.values.get(vi.name)
             if known is not None and known in graph.inputs:
@@ -240,7 +257,7 @@ class _Importer:
             scope.values[vi.name] = v
             given = groups.pop(vi.name, [])
             if len(given) == 1:
-                graph.input_defaults[vi.name] = self._tensor(given[0])
+                graph.input_defaults[vi.name] = self._tensor(given[0], encoded.get(id(given[0])))
             elif given:  # written back as they were: which one ONNX Runtime takes is its own
                 graph.opaque_initializers[vi.name] = (None, self._kept(given))
             v.doc_string = vi.doc_string
@@ -257,7 +274,8 @@ class _Importer:
             self._claim(scope, names, name, "initializer")
             known = self.raw_lengths.get(name) if parent is None else None
             if len(protos) == 1 and tensor_problem(t, known) is None:
-                scope.values[name] = graph.add_constant(self._tensor(t), name, exact_name=True)
+                tensor = self._tensor(t, encoded.get(id(t)))
+                scope.values[name] = graph.add_constant(tensor, name, exact_name=True)
             else:  # unreadable, or given twice (ORT's pick between them is its own): kept as is
                 dims = tuple(t.dims) if tensor_problem(t) is None else None  # not to be trusted
                 scope.values[name] = self._opaque(name, protos, graph, t.data_type, dims)
@@ -393,11 +411,14 @@ class _Importer:
         annotate(node)
 
     # --- tensors and attributes -----------------------------------------------------------------
-    def _tensor(self, t: TensorProto) -> LazyTensor:
+    def _tensor(self, t: TensorProto, encoded: memoryview | None = None) -> LazyTensor:
+        """``encoded``: ``t``'s bytes in the input file, where known."""
         if t.data_location == TensorProto.EXTERNAL:
             self.had_external = True
             return LazyTensor.from_proto(t, resolve_external(t, self.base_dir, self.label))
-        return LazyTensor.from_proto(t)
+        tensor = LazyTensor.from_proto(t)
+        tensor.encoded = encoded
+        return tensor
 
     def _constant_node_tensor(self, p: onnx.NodeProto) -> LazyTensor | None:
         """The value of a Constant node, read as ONNX Runtime reads it: by the attribute's

@@ -36,6 +36,11 @@ def read_model_proto(path: str, *, fix_text: bool = True) -> ModelProto:
     """Parse ``path`` without loading external data; raise a one-line error on failure.
     ``fix_text=False`` leaves text that is not UTF-8 to the caller (the importer looks for it
     while onnx's shape inference runs in its child)."""
+    return read_model_file(path, fix_text=fix_text)[0]
+
+
+def read_model_file(path: str, *, fix_text: bool = True) -> tuple[ModelProto, bytes]:
+    """:func:`read_model_proto`, and the file's bytes it was parsed from."""
     if not os.path.exists(path):
         raise UsageError(f"{path}: no such file")
     if os.path.isdir(path):
@@ -45,7 +50,7 @@ def read_model_proto(path: str, *, fix_text: bool = True) -> ModelProto:
             data = f.read()
     except OSError as e:
         raise ModelError(f"{path}: cannot read: {e.strerror}") from e
-    return parse_model_bytes(data, path, fix_text=fix_text)
+    return parse_model_bytes(data, path, fix_text=fix_text), data
 
 
 def read_model_with_data(path: str) -> ModelProto:

@@ -42,7 +42,7 @@ class LazyTensor:
     :meth:`numpy` or :meth:`raw_chunks` is called.
     """
 
-    __slots__ = ("_array", "_external", "_proto", "dtype", "shape")
+    __slots__ = ("_array", "_external", "_proto", "dtype", "encoded", "shape")
 
     def __init__(
         self,
@@ -58,6 +58,10 @@ class LazyTensor:
         self._proto = proto
         self._external = external
         self._array = array
+        # The proto's bytes exactly as the input file holds them (a main-graph initializer
+        # read from a file, :mod:`onnxopt.importer.wire`): written as they are, not encoded
+        # again. ``None`` where not known.
+        self.encoded: memoryview | None = None
 
     @classmethod
     def from_array(cls, array: np.ndarray) -> LazyTensor:

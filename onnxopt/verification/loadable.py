@@ -94,13 +94,15 @@ def serialize(proto: ModelProto, external: dict[str, LazyTensor] | None = None, 
 
 
 def serialized_parts(proto: ModelProto, external: dict[str, LazyTensor] | None = None, *,
-                     size: int | None = None) -> list[bytes] | None:
-    """:func:`serialize` in pieces (:func:`onnxopt.exporter.serialize.model_parts`), for a
-    caller that writes them to a file rather than joining them."""
+                     size: int | None = None, encoded: dict[int, memoryview] | None = None
+                     ) -> list[bytes | memoryview] | None:
+    """:func:`serialize` in pieces (:func:`onnxopt.exporter.serialize.model_parts`, with
+    ``encoded``, its initializers' bytes at hand), for a caller that writes them to a file
+    rather than joining them."""
     if external or (tensor_bytes(proto) if size is None else size) > MAX_CHECKED_BYTES:
         return None
     try:
-        return model_parts(proto)
+        return model_parts(proto, encoded)
     except ValueError:
         return None
 

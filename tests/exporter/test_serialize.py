@@ -85,3 +85,63 @@ def test_its_pieces_written_one_after_another_are_the_model(tmp_path):
     staged.commit()
     assert (tmp_path / "m.onnx").read_bytes() == model_bytes(model)
     assert onnx.load(str(tmp_path / "m.onnx")) == model
+
+
+def _packed_dims_encoding(tensor: onnx.TensorProto) -> bytes:
+    """``tensor``'s encoding with its dims packed: a valid encoding of the same message that
+    protobuf's encoder never writes (onnx's ``dims`` are unpacked), so bytes that come out
+    unchanged in a file were copied, not encoded again."""
+    packed = b"".join(serialize._varint(d) for d in tensor.dims)
+    rest = onnx.TensorProto()
+    rest.CopyFrom(tensor)
+    del rest.dims[:]
+    return b"\x0a" + serialize._varint(len(packed)) + packed + rest.SerializeToString()
+
+
+def test_given_encodings_are_written_as_they_are():
+    model = _model([5, 7])
+    encoding = _packed_dims_encoding(model.graph.initializer[1])
+    assert onnx.TensorProto.FromString(encoding) == model.graph.initializer[1]
+    assert encoding != model.graph.initializer[1].SerializeToString()
+    view = memoryview(encoding)
+    parts = serialize.model_parts(model, {1: view})
+    assert any(p is view for p in parts)
+    assert ModelProto.FromString(b"".join(parts)) == model
+
+
+def test_an_encoding_named_otherwise_is_not_written():
+    """A position that does not hold the tensor the encoding names is encoded anew."""
+    model = _model([5, 7])
+    wrong = memoryview(_packed_dims_encoding(model.graph.initializer[0]))
+    unreadable = memoryview(b"\x43")
+    parts = serialize.model_parts(model, {1: wrong, 0: unreadable})
+    assert not any(p is wrong or p is unreadable for p in parts)
+    assert ModelProto.FromString(b"".join(parts)) == model
+
+
+def test_an_optimized_files_unchanged_weights_are_the_input_files_bytes(tmp_path):
+    """End to end: a weight the pipeline keeps is written as the input file encodes it (the
+    packed dims survive), the result loads as the same messages, and it computes the same."""
+    from onnxopt.cli import main
+
+    w = numpy_helper.from_array(np.arange(6, dtype=np.float32), "w")
+    s = numpy_helper.from_array(np.full(6, 3.0, np.float32), "s")
+    graph = helper.make_graph(
+        [helper.make_node("Add", ["x", "w"], ["h"]), helper.make_node("Mul", ["h", "s"], ["y"])],
+        "g", [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [6])],
+        [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [6])], [s])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    model.ir_version = IR_VERSION
+    encoding = _packed_dims_encoding(w)
+    field = b"\x2a" + serialize._varint(len(encoding)) + encoding  # GraphProto.initializer
+    data = model.SerializeToString() + b"\x3a" + serialize._varint(len(field)) + field
+    src, out = tmp_path / "in.onnx", tmp_path / "out.onnx"
+    src.write_bytes(data)
+    assert main(["optimize", str(src), "-o", str(out), "--target", "cpu", "-q"]) == 0
+    written = out.read_bytes()
+    assert encoding in written
+    names = {t.name: t for t in ModelProto.FromString(written).graph.initializer}
+    assert names == {t.name: t for t in ModelProto.FromString(data).graph.initializer}
+    x = np.ones(6, dtype=np.float32)
+    (y,) = session(written).run(None, {"x": x})
+    np.testing.assert_array_equal(y, (x + np.arange(6, dtype=np.float32)) * 3)

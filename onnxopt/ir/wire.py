@@ -1,0 +1,68 @@
+"""Reading protobuf's wire format just far enough to find fields, never copying a payload.
+
+protobuf's Python API hands a message's bytes out only by encoding it (and its raw data only
+as a copy). Where onnxopt needs to know where a field lies in bytes it already holds (the
+input file's initializers, :mod:`onnxopt.importer.wire`) or what one short field of an
+encoded message says (:mod:`onnxopt.exporter.serialize`), it walks the fields here, each
+skipped by its length. Anything that is not well-formed raises ``ValueError``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+_VARINT, _FIXED64, _LENGTH_DELIMITED, _FIXED32 = 0, 1, 2, 5
+
+
+def fields(view: memoryview, start: int = 0, end: int | None = None
+           ) -> Iterator[tuple[int, int, int]]:
+    """(field number, payload start, payload end) of each field of the message encoded in
+    ``view[start:end]``; start and end ``-1`` for a field that is not length-delimited."""
+    end = len(view) if end is None else end
+    i = start
+    try:
+        while i < end:
+            key, i = _varint(view, i)
+            kind = key & 7
+            if kind == _LENGTH_DELIMITED:
+                length, i = _varint(view, i)
+                if i + length > end:
+                    raise ValueError("a field runs past its message")
+                yield key >> 3, i, i + length
+                i += length
+                continue
+            if kind == _VARINT:
+                _, i = _varint(view, i)
+            elif kind == _FIXED64:
+                i += 8
+            elif kind == _FIXED32:
+                i += 4
+            else:  # groups (deprecated) or a corrupt key
+                raise ValueError(f"wire type {kind}")
+            yield key >> 3, -1, -1
+    except IndexError:
+        raise ValueError("the message ends inside a field") from None
+    if i != end:
+        raise ValueError("a field runs past its message")
+
+
+def last_string(view: memoryview, number: int) -> bytes | None:
+    """The bytes of field ``number`` as a parser keeps it (the last one given), or ``None``."""
+    found = None
+    for field, start, end in fields(view):
+        if field == number and start >= 0:
+            found = bytes(view[start:end])
+    return found
+
+
+def _varint(view: memoryview, i: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        byte = view[i]
+        i += 1
+        value |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return value, i
+        shift += 7
+        if shift > 63:
+            raise ValueError("a varint longer than 10 bytes")
