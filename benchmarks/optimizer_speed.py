@@ -12,7 +12,8 @@ it records, each in a fresh process:
   included) and per stage (from the report), and its peak memory: the median of
   ``--repeat`` runs by stage time;
 - ONNX Runtime's session creation time (default graph optimizations) for the original
-  and the optimized model: an optimized model must not cost more to load;
+  and the optimized model, ``--session-pairs`` loads of each taken in turn, and the median
+  of the pairs' ratios: an optimized model must not cost more to load;
 - with ``--peers``: ONNX Runtime's transformer optimizer and the onnxscript rewriter on
   the same file (export venv), where they finish within ``--peer-timeout`` seconds.
 
@@ -143,18 +144,29 @@ def _time_onnxopt_once(path: Path) -> dict:
             "nodes_after": data["total_nodes_after"]}
 
 
-def session_seconds(path: Path, repeat: int = 3) -> float:
-    """Median InferenceSession creation (default graph optimizations), each in this process."""
+def session_pairs(original: Path, optimized: Path, pairs: int = 7) -> dict:
+    """InferenceSession creation (default graph optimizations) of ``original`` and
+    ``optimized`` in turn, ``pairs`` times each, in this process: both medians, and the
+    median of each pair's ratio (optimized over original). Loads taken in turn see the same
+    drift of this shared machine's speed; two series taken one after the other do not (three
+    loads of each had put files 3 % slower or faster than their originals by chance)."""
     import onnxruntime as ort
 
-    times = []
-    for _ in range(repeat):
+    def load(path: Path) -> float:
         opts = ort.SessionOptions()
         opts.log_severity_level = 4
         start = time.perf_counter()
         ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+        return time.perf_counter() - start
+
+    load(original)  # the first load of a process pays ORT's own start
+    before, after = [], []
+    for _ in range(pairs):
+        before.append(load(original))
+        after.append(load(optimized))
+    return {"session_original_s": statistics.median(before),
+            "session_optimized_s": statistics.median(after),
+            "session_ratio": statistics.median(b / a for a, b in zip(before, after))}
 
 
 def time_peer(kind: str, path: Path, timeout: float) -> float | None:
@@ -191,6 +203,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--peer-layers", type=int, nargs="+",
                     help="time the peers only at these layer counts (default: every one)")
     ap.add_argument("--skip-export", action="store_true")
+    ap.add_argument("--session-pairs", type=int, default=7,
+                    help="loads of the original and the optimized file, taken in turn")
     ap.add_argument("--repeat", type=int, default=3,
                     help="whole-command runs per model; the median one is kept (the big "
                          "graph runs once)")
@@ -220,9 +234,8 @@ def main(argv: list[str] | None = None) -> int:
                **time_onnxopt(path, 1 if spec is big else args.repeat)}
         # ORT's session creation grows faster than linearly (about 8 s at 24,000 nodes, minutes
         # at 125,000): the big graph's sessions are created once each.
-        repeat = 1 if spec is big else 3
-        row["session_original_s"] = session_seconds(path, repeat)
-        row["session_optimized_s"] = session_seconds(path.with_suffix(".opt.onnx"), repeat)
+        row.update(session_pairs(path, path.with_suffix(".opt.onnx"),
+                                 1 if spec is big else args.session_pairs))
         if args.peers and spec is not big and (not args.peer_layers
                                                 or spec[2] in args.peer_layers):
             row["ort_optimizer_s"] = time_peer("ort", path, args.peer_timeout)
@@ -245,7 +258,7 @@ def _row_text(r: dict) -> str:
     return (f"{r['file']:32s} {r['nodes']:7d} nodes  cli {r['wall_s']:6.2f} s  stages "
             f"{r['stages_s']:6.2f} s ({1e6 * r['stages_s'] / r['nodes']:5.0f} µs/node; {stages})  "
             f"peak {r['peak_mb']:5.0f} MB  session {r['session_original_s']:.3f} -> "
-            f"{r['session_optimized_s']:.3f} s{peers}")
+            f"{r['session_optimized_s']:.3f} s (pairs {r['session_ratio']:.3f}){peers}")
 
 
 def _s(v: float | None) -> str:

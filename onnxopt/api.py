@@ -114,7 +114,7 @@ def write_result(result: OptimizeResult, output: str, source: str | None) -> Non
                          "data); refusing to overwrite it")
     save_model(result.proto, result.external, output,
                use_external=result.model.had_external_data, protected=protected,
-               serialized=result.serialized, staged=result.staged)
+               serialized=result.serialized, staged=result.staged, encoded=result.encoded)
 
 
 def _source_files(result: OptimizeResult) -> set[str]:

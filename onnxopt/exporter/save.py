@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from onnx import ModelProto, TensorProto, numpy_helper
 
 from onnxopt.errors import UsageError
-from onnxopt.exporter.serialize import model_bytes
+from onnxopt.exporter.serialize import model_parts
 from onnxopt.ir.tensor import LazyTensor, stored_size
 
 # The location the exporter gives an external tensor it has not written yet (its bytes stay
@@ -67,10 +67,13 @@ def stage_bytes(data: bytes | Sequence[bytes], path: str) -> StagedFile:
 
 def save_model(proto: ModelProto, external: dict[str, LazyTensor], path: str, *,
                use_external: bool = False, protected: frozenset[str] = frozenset(),
-               serialized: bytes | None = None, staged: StagedFile | None = None) -> None:
+               serialized: bytes | None = None, staged: StagedFile | None = None,
+               encoded: dict[int, memoryview] | None = None) -> None:
     """Write ``proto`` to ``path`` atomically (``serialized``: its bytes, where the caller
     has them, and ``staged``: those bytes already written beside ``path``; either is used
-    when every tensor stays inline, as then the file is exactly those bytes).
+    when every tensor stays inline, as then the file is exactly those bytes; ``encoded``:
+    initializers whose bytes are at hand, written as they are, see
+    :func:`onnxopt.exporter.serialize.model_parts`).
 
     ``external`` maps placeholder tensors to their lazy source. With
     ``use_external`` (or when the model would pass protobuf's 2 GB limit)
@@ -79,7 +82,7 @@ def save_model(proto: ModelProto, external: dict[str, LazyTensor], path: str, *,
     """
     try:
         _save(proto, external, _writable_destination(path), use_external, protected,
-              serialized, staged)
+              serialized, staged, encoded)
     finally:
         if staged is not None:
             staged.discard()  # a no-op once committed
@@ -97,7 +100,7 @@ def _writable_destination(path: str) -> str:
 
 def _save(proto: ModelProto, external: dict[str, LazyTensor], path: str, use_external: bool,
           protected: frozenset[str], serialized: bytes | None,
-          staged: StagedFile | None) -> None:
+          staged: StagedFile | None, encoded: dict[int, memoryview] | None) -> None:
     tensors = list(_all_initializers(proto))
     if not use_external and not external:
         inline_size = sum(stored_size(t) for t in tensors)  # the 64 MB slack covers headers
@@ -113,8 +116,10 @@ def _save(proto: ModelProto, external: dict[str, LazyTensor], path: str, use_ext
         model_tmp = _temp_beside(path)
         try:
             with os.fdopen(os.open(model_tmp, os.O_WRONLY | os.O_TRUNC), "wb") as f:
-                inline = serialized is not None and data_path is None
-                f.write(serialized if inline else model_bytes(proto))
+                if serialized is not None and data_path is None:
+                    f.write(serialized)
+                else:  # in pieces: joined, they would be one more copy of every weight
+                    f.writelines(model_parts(proto, encoded if data_path is None else None))
             if data_tmp is not None:
                 os.replace(data_tmp, data_path)
                 data_tmp = None

@@ -119,11 +119,8 @@ def test_an_encoding_named_otherwise_is_not_written():
     assert ModelProto.FromString(b"".join(parts)) == model
 
 
-def test_an_optimized_files_unchanged_weights_are_the_input_files_bytes(tmp_path):
-    """End to end: a weight the pipeline keeps is written as the input file encodes it (the
-    packed dims survive), the result loads as the same messages, and it computes the same."""
-    from onnxopt.cli import main
-
+def _packed_dims_model() -> tuple[bytes, bytes]:
+    """A file's bytes whose weight ``w`` has its dims packed, and that weight's encoding."""
     w = numpy_helper.from_array(np.arange(6, dtype=np.float32), "w")
     s = numpy_helper.from_array(np.full(6, 3.0, np.float32), "s")
     graph = helper.make_graph(
@@ -135,6 +132,22 @@ def test_an_optimized_files_unchanged_weights_are_the_input_files_bytes(tmp_path
     encoding = _packed_dims_encoding(w)
     field = b"\x2a" + serialize._varint(len(encoding)) + encoding  # GraphProto.initializer
     data = model.SerializeToString() + b"\x3a" + serialize._varint(len(field)) + field
+    return data, encoding
+
+
+@pytest.mark.parametrize("checked", [True, False], ids=["staged", "too-large-to-check"])
+def test_an_optimized_files_unchanged_weights_are_the_input_files_bytes(tmp_path, monkeypatch,
+                                                                         checked):
+    """End to end: a weight the pipeline keeps is written as the input file encodes it (the
+    packed dims survive), the result loads as the same messages, and it computes the same:
+    staged beside the output while checked, or written after (a model too large to load
+    twice, here made so)."""
+    from onnxopt.cli import main
+    from onnxopt.verification import loadable
+
+    if not checked:
+        monkeypatch.setattr(loadable, "MAX_CHECKED_BYTES", 16)
+    data, encoding = _packed_dims_model()
     src, out = tmp_path / "in.onnx", tmp_path / "out.onnx"
     src.write_bytes(data)
     assert main(["optimize", str(src), "-o", str(out), "--target", "cpu", "-q"]) == 0
