@@ -33,6 +33,12 @@ about as fast as the original, and runs as fast as the copies did within the noi
 paired CPU timings (0.92-1.07x at 1x512, 1.01x at 1x128; benchmarks/RESULTS.md, issue 12).
 The blocks' bounds are computed once outside the Loop (:func:`_block_bounds`), so the body
 holds 21 nodes, not 24.
+
+Not taken where no run can reach ``MIN_SEQUENCE`` queries: a fixed shorter length, or a
+sequence bounded by a learned position table (:func:`position_table_rows`; GPT-2's ``wpe``).
+There the Loop would run one block on every run and only cost the load: the GPT-2 exports of
+``models/`` (128 positions) loaded 1.07-1.15x slower than their originals with it, and
+0.80x and 0.29x of them without it, and ran 5-9 % faster without it (benchmarks/RESULTS.md).
 """
 
 from __future__ import annotations
@@ -72,7 +78,57 @@ def _requires(node: Node, target) -> str | None:
     if isinstance(queries, int) and queries < MIN_SEQUENCE:
         return (f"the model has {queries} queries, fewer than the {MIN_SEQUENCE} from which "
                 "the blocks run")
+    rows = position_table_rows(node.graph.root(), queries) if node.graph is not None else None
+    if rows is not None and rows < MIN_SEQUENCE:
+        return (f"{queries} is at most {rows} (its positions index a table of {rows} rows), "
+                f"fewer than the {MIN_SEQUENCE} queries from which the blocks run")
     return None
+
+
+# Ops that pass their input's values on unchanged (some of them repeated, some reshaped).
+_SAME_VALUES = frozenset({"Unsqueeze", "Squeeze", "Reshape", "Expand", "Identity", "Cast",
+                          "Flatten"})
+
+
+def position_table_rows(graph: Graph, dim) -> int | None:
+    """The most the symbolic dim ``dim`` can be in a run of the model: the rows of a constant
+    table that ``graph`` reads, with a Gather on its first axis, at the positions
+    ``Range(0, dim, 1)`` (learned absolute positions: GPT-2's ``wpe``). Past those rows
+    ONNX Runtime refuses the run (a Gather index out of bounds), so no sequence the original
+    computes is longer. ``None`` where no such table is found (rotary positions have none).
+
+    Only the constants with fewer rows than the blocks need are looked at, and only their
+    own uses: no walk of the graph per attention block."""
+    if not isinstance(dim, str):
+        return None
+    rows = None
+    for value in graph.constants.values():
+        shape = value.const.shape if value.const is not None else ()
+        if not shape or not isinstance(shape[0], int) or shape[0] >= MIN_SEQUENCE:
+            continue
+        for user, index in value.uses():
+            if (index == 0 and user.op_type == "Gather" and user.graph is graph
+                    and user.attr("axis", 0) in (0, -len(shape))
+                    and _counts_from_zero_to(user.inputs[1], dim)):
+                rows = shape[0] if rows is None else min(rows, shape[0])
+    return rows
+
+
+def _counts_from_zero_to(indices: Value | None, dim: str) -> bool:
+    """Whether ``indices`` hold ``0, 1, …, dim - 1`` (a ``Range(0, dim, 1)``, perhaps reshaped,
+    repeated or cast on its way)."""
+    for _ in range(8):
+        producer = indices.producer if indices is not None else None
+        if producer is None:
+            return False
+        if producer.op_type == "Range":
+            start, limit, delta = (producer.input(i) for i in range(3))
+            return (start is not None and start.sym == (0,) and delta is not None
+                    and delta.sym == (1,) and limit is not None and limit.sym == (dim,))
+        if producer.op_type not in _SAME_VALUES:
+            return False
+        indices = producer.input(0)
+    return False
 
 
 def _emit(b: NodeBuilder, node: Node, target) -> list[Value]:

@@ -238,3 +238,67 @@ def test_tune_times_both_sides_of_the_switch(bind_text, kernel, monkeypatch, tmp
     assert selection.basis == "tuned"
     keys = list(json.loads(cache.read_text())["entries"])
     assert len(keys) == 1 and f"|and seq {2 * MIN_SEQUENCE}|" in keys[0]
+
+
+@pytest.mark.parametrize("name", ["gpt2.ts.onnx", "gpt2.dynamo.onnx"])
+def test_not_taken_where_learned_positions_bound_the_sequence(name):
+    """GPT-2's positions are rows of a learned table (128 in these exports): no sequence the
+    original runs reaches the blocks, whose Loops would only cost the load."""
+    from onnxopt.pipeline import run_pipeline
+
+    result = run_pipeline(str(ROOT / "models" / name), OptimizeOptions(target="cpu"))
+    attention = [s for s in result.report.stages["select"].selections
+                 if s.op == "AttentionFused"]
+    assert attention and all(s.chosen.name != KERNEL for s in attention)
+    for s in attention:
+        assert {k.name: r for k, r in s.rejected}[KERNEL] == (
+            "seq is at most 128 (its positions index a table of 128 rows), fewer than the "
+            f"{MIN_SEQUENCE} queries from which the blocks run")
+    assert not any(n.op_type == "Loop" for n in result.proto.graph.node)
+
+
+def _positions_model(start: int = 0, rows: int = 100, limit_dim: int = 1,
+                     axis: int = 0) -> onnx.ModelProto:
+    """Token embeddings plus ``table[Range(start, dim, 1)]``, dim the input's axis
+    ``limit_dim`` (1: the sequence)."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    nodes = [
+        helper.make_node("Shape", ["ids"], ["shape"]),
+        helper.make_node("Gather", ["shape", "axis"], ["seq"], axis=0),
+        helper.make_node("Range", ["start", "seq", "one"], ["positions"]),
+        helper.make_node("Unsqueeze", ["positions", "zero_axis"], ["position_rows"]),
+        helper.make_node("Gather", ["table", "position_rows"], ["position_vectors"], axis=axis),
+        helper.make_node("Gather", ["tokens", "ids"], ["token_vectors"], axis=0),
+        helper.make_node("Add", ["token_vectors", "position_vectors"], ["y"]),
+    ]
+    inits = [numpy_helper.from_array(np.array(limit_dim, np.int64), "axis"),
+             numpy_helper.from_array(np.array(start, np.int64), "start"),
+             numpy_helper.from_array(np.array(1, np.int64), "one"),
+             numpy_helper.from_array(np.array([0], np.int64), "zero_axis"),
+             numpy_helper.from_array(np.zeros((rows, 4), np.float32), "table"),
+             numpy_helper.from_array(np.zeros((10, 4), np.float32), "tokens")]
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("ids", TensorProto.INT64, ["B", "S"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["B", "S", 4])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    model.ir_version = 9
+    return model
+
+
+@pytest.mark.parametrize(("kwargs", "expected"), [
+    ({}, 100),
+    ({"start": 1}, None),  # positions from 1: not 0 .. S-1
+    ({"rows": MIN_SEQUENCE}, None),  # a table as long as the blocks need: no bound kept
+    ({"limit_dim": 0}, None),  # counts to the batch, not the sequence
+    ({"axis": 1}, None),  # the positions pick columns: the rows say nothing
+])
+def test_position_table_rows(kwargs, expected):
+    from onnxopt import normalize
+    from onnxopt.importer import import_model
+    from onnxopt.select.causal_blocks import position_table_rows
+
+    model = import_model(_positions_model(**kwargs))
+    normalize.run(model, OptimizeOptions(target="cpu"))
+    assert position_table_rows(model.graph, "S") == expected
+    assert position_table_rows(model.graph, 64) is None  # a fixed length: not a symbol
