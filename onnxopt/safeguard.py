@@ -159,7 +159,9 @@ class _Guard:
             proto = read_model_with_data(self.source)  # its weights, to be written anew
         else:
             proto = read_model_proto(self.source)
-        return dataclasses.replace(plain, proto=proto, external={}, passthrough=True)
+        # Another proto than the round trip's: its initializers' positions are its own.
+        return dataclasses.replace(plain, proto=proto, external={}, encoded={},
+                                   passthrough=True)
 
 
 def _checkable(staged: str) -> bool:

@@ -153,3 +153,29 @@ def test_a_staged_file_its_owner_cannot_read_is_checked_from_bytes(model, tmp_pa
     assert result.report.stages["safeguard"] == {"checks": "passed"}
     assert result.serialized is not None  # checked from the bytes, then written from the file
     assert out.read_bytes() == result.proto.SerializeToString()
+
+
+def test_the_input_as_it_was_carries_no_positions_of_another_proto(tmp_path):
+    """The last resort writes the input's own proto; the round trip's note of which of its
+    initializers are the file's bytes is by position in the round trip's proto, not in that
+    one, so it is not carried over."""
+    import numpy as np
+    from onnx import helper, numpy_helper
+
+    from onnxopt.api import write_result
+    from onnxopt.options import OptimizeOptions
+    from onnxopt.safeguard import _Guard
+
+    graph = helper.make_graph(
+        [helper.make_node("Add", ["x", "w"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [4])],
+        [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [4])],
+        [numpy_helper.from_array(np.arange(4, dtype=np.float32), "w")])
+    original = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    original.ir_version = 8
+    src, out = tmp_path / "m.onnx", tmp_path / "o.onnx"
+    onnx.save_model(original, src)
+    result = _Guard(str(src), OptimizeOptions(target="cpu"))._original()
+    assert result.passthrough and result.encoded == {}
+    write_result(result, str(out), str(src))
+    assert onnx.load(out).graph.initializer == original.graph.initializer

@@ -52,6 +52,7 @@ def import_model(source: str | ModelProto, *, infer_shapes: bool = True,
     """Read a path or ModelProto into the IR (external data referenced, not loaded).
     ``meanwhile``: work of the caller's to do while onnx's shape inference runs in its child,
     right before the importer would wait for it (nothing is done without that child)."""
+    data = None  # the file's bytes, where read from one
     if isinstance(source, ModelProto):
         proto, label, base_dir = source, "<model>", None
         check_versions(proto, label)
@@ -66,8 +67,7 @@ def import_model(source: str | ModelProto, *, infer_shapes: bool = True,
         label, base_dir = path, os.path.dirname(os.path.abspath(path))
         text_checked = False  # the proto is onnxopt's own: fixed in place, if need be
     importer = _Importer(label, base_dir)
-    if not isinstance(source, ModelProto):
-        importer.source_bytes = data
+    importer.source_bytes = data
     with _gc_paused():
         return importer.run(proto, infer_shapes, text_checked, meanwhile)
 
