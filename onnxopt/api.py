@@ -43,6 +43,7 @@ def optimize(model: str | os.PathLike | ModelProto, output: str | os.PathLike | 
     result = optimize_guarded(source, options, stage=stage)
     if output is not None:
         write_result(result, os.fspath(output), source if isinstance(source, str) else None)
+    result.whole_proto()  # handed on: its own numbers, not the input file's
     if return_result:
         return result
     proto = result.proto
@@ -114,7 +115,8 @@ def write_result(result: OptimizeResult, output: str, source: str | None) -> Non
                          "data); refusing to overwrite it")
     save_model(result.proto, result.external, output,
                use_external=result.model.had_external_data, protected=protected,
-               serialized=result.serialized, staged=result.staged, encoded=result.encoded)
+               serialized=result.serialized, staged=result.staged, encoded=result.encoded,
+               left_out=result.left_out)
 
 
 def _source_files(result: OptimizeResult) -> set[str]:

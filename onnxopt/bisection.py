@@ -84,7 +84,7 @@ def bisect(source: str | ModelProto, options: OptimizeOptions,
 
 def _in_memory(result: OptimizeResult) -> ModelProto:
     if not result.external:
-        return result.proto
+        return result.whole_proto()
     proto = ModelProto()
     proto.CopyFrom(result.proto)
     inline_external(proto, result.external)

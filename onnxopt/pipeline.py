@@ -21,7 +21,7 @@ from onnx import ModelProto
 from onnxopt import fuse, normalize, select
 from onnxopt.errors import OnnxoptError
 from onnxopt.exporter.build import export_model_encoded
-from onnxopt.exporter.save import StagedFile
+from onnxopt.exporter.save import StagedFile, restore_left_out
 from onnxopt.fuse import FusionReport
 from onnxopt.importer import import_model
 from onnxopt.ir.model import Model
@@ -82,6 +82,16 @@ class OptimizeResult:
     # Main-graph initializers (by position in ``proto``) that are the input's own messages,
     # with their bytes in the input file: written as those bytes (exporter/serialize.py).
     encoded: dict[int, memoryview] = field(default_factory=dict)
+    # Those of them written without their raw data (``run_pipeline(keep_left_out=True)``): by
+    # position, the raw data ``proto`` lacks. Bytes written from ``encoded`` hold it; a caller
+    # that hands ``proto`` itself on takes :meth:`whole_proto`.
+    left_out: dict[int, memoryview] = field(default_factory=dict)
+
+    def whole_proto(self) -> ModelProto:
+        """``proto`` with every number of its own (raw data left out is put back: a copy)."""
+        if self.left_out:
+            restore_left_out(self.proto, self.left_out)
+        return self.proto
 
 
 def op_histogram(model: Model) -> Counter:
@@ -101,8 +111,12 @@ def proto_histogram(graph) -> Counter:
 
 
 def run_pipeline(source: str | ModelProto, options: OptimizeOptions | None = None,
-                 progress: Progress | None = None) -> OptimizeResult:
-    """Optimize ``source`` (a path or ModelProto) and return the exported proto and a report."""
+                 progress: Progress | None = None, *, keep_left_out: bool = False
+                 ) -> OptimizeResult:
+    """Optimize ``source`` (a path or ModelProto) and return the exported proto and a report.
+    ``keep_left_out``: the caller writes the result from its encoded pieces and takes
+    :meth:`OptimizeResult.whole_proto` where it needs the proto whole (the safeguard): the
+    input's unchanged weights are then not copied into the result's proto."""
     options = options or OptimizeOptions()
     step = progress or (lambda _name: None)
     report = OptimizeReport(source=source if isinstance(source, str) else "<model>")
@@ -123,7 +137,8 @@ def run_pipeline(source: str | ModelProto, options: OptimizeOptions | None = Non
     for name, stage in [*_stages(options), ("export", None)]:
         try:
             if stage is None:
-                proto, external, encoded = timed(name, lambda: export_model_encoded(model))
+                proto, external, encoded, left_out = timed(name, lambda: export_model_encoded(
+                    model, keep_left_out=keep_left_out))
                 continue
             summary = timed(name, lambda stage=stage: stage(model, options))
         except OnnxoptError:
@@ -137,7 +152,7 @@ def run_pipeline(source: str | ModelProto, options: OptimizeOptions | None = Non
         if options.debug:
             verify_graph(model.graph)
     report.nodes_after = proto_histogram(proto.graph)
-    return OptimizeResult(model, proto, external, report, encoded=encoded)
+    return OptimizeResult(model, proto, external, report, encoded=encoded, left_out=left_out)
 
 
 def _stages(options: OptimizeOptions) -> list[tuple[str, Callable[[Model, OptimizeOptions], Any]]]:

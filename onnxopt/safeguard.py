@@ -79,13 +79,16 @@ class _Guard:
             return self._tried[hold]
         options = dataclasses.replace(self.options, hold_back=self.options.hold_back | hold)
         try:
-            result = run_pipeline(self.source, options, progress)
+            # The input's unchanged weights stay out of the result's proto: its bytes are put
+            # together from their encodings (serialized_parts), and what hands the proto on
+            # takes it whole (OptimizeResult.whole_proto).
+            result = run_pipeline(self.source, options, progress, keep_left_out=True)
         except StageFailure as e:
             outcome: Attempt = (None, [str(e)])
         else:
             if progress is not None:
                 progress("checks")
-            size = tensor_bytes(result.proto, result.external)
+            size = tensor_bytes(result.proto, result.external, left_out=result.left_out)
             # Serialized once: the first result's pieces are written beside the output and the
             # checks load that file (the writer then only renames it); a result of the search
             # is checked from its bytes, joined.
@@ -160,7 +163,7 @@ class _Guard:
         else:
             proto = read_model_proto(self.source)
         # Another proto than the round trip's: its initializers' positions are its own.
-        return dataclasses.replace(plain, proto=proto, external={}, encoded={},
+        return dataclasses.replace(plain, proto=proto, external={}, encoded={}, left_out={},
                                    passthrough=True)
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import onnx
 from onnx import AttributeProto, GraphProto, ModelProto, TensorProto, helper, numpy_helper
 
-from onnxopt.exporter.save import EXTERNAL_MARK, inline_external
+from onnxopt.exporter.save import EXTERNAL_MARK, inline_external, restore_left_out
 from onnxopt.exporter.versions import choose_ir_version
 from onnxopt.ir import symdim as sd
 from onnxopt.ir.dtypes import dtype_code
@@ -41,16 +41,24 @@ def export_model_lazy(model: Model) -> tuple[ModelProto, dict[str, LazyTensor]]:
     :func:`onnxopt.exporter.save.save_model` streams the placeholders' bytes
     to a data file, so weights never need to be in memory all at once.
     """
-    proto, external, _ = export_model_encoded(model)
+    proto, external, _, _ = export_model_encoded(model)
     return proto, external
 
 
-def export_model_encoded(model: Model) -> tuple[ModelProto, dict[str, LazyTensor],
-                                                dict[int, memoryview]]:
+def export_model_encoded(model: Model, *, keep_left_out: bool = False
+                         ) -> tuple[ModelProto, dict[str, LazyTensor], dict[int, memoryview],
+                                    dict[int, memoryview]]:
     """:func:`export_model_lazy`, and the main graph's initializers (by position) that are
     the input's own messages, unchanged, each with its bytes in the input file: what
-    :func:`onnxopt.exporter.serialize.model_parts` writes for them."""
-    exporter = ProtoWriter(model)
+    :func:`onnxopt.exporter.serialize.model_parts` writes for them.
+
+    With ``keep_left_out``, such a message whose raw data the importer left out of it
+    (:func:`onnxopt.importer.load.map_model_file`) is written without it too (appending it
+    whole would copy its weights once more): the last dict gives its raw data by position,
+    and the proto holds all its numbers only once :func:`restore_left_out` puts them back.
+    A model with external tensors gets them back here (what writes external data reads
+    every tensor from its message)."""
+    exporter = ProtoWriter(model, keep_left_out=keep_left_out)
     proto = ModelProto()
     # Written in place: a graph built apart and copied in would copy every weight once more.
     exporter.graph(model.graph, into=proto.graph)
@@ -70,14 +78,22 @@ def export_model_encoded(model: Model) -> tuple[ModelProto, dict[str, LazyTensor
         proto.metadata_props.add(key=k, value=v)
     proto.functions.extend(model.functions)
     proto.ir_version = choose_ir_version(model.ir_version, opsets.get("", 0))
-    return proto, exporter.external, exporter.encoded
+    left_out = exporter.left_out
+    if exporter.external and left_out:
+        restore_left_out(proto, left_out)
+        left_out = {}
+    return proto, exporter.external, exporter.encoded, left_out
 
 
 class ProtoWriter:
     """Writes IR graphs, nodes and tensors as ONNX protos (in the model's opset spelling)."""
 
-    def __init__(self, model: Model) -> None:
+    def __init__(self, model: Model, keep_left_out: bool = False) -> None:
         self.model = model
+        self.keep_left_out = keep_left_out
+        # Main-graph initializers written without the raw data the importer left out of them:
+        # position -> that raw data (see export_model_encoded).
+        self.left_out: dict[int, memoryview] = {}
         self.external: dict[str, LazyTensor] = {}
         self.domains: set[str] = set()  # the domains the written nodes use
         self._read: set[str] = set()  # names the written nodes read (subgraphs included)
@@ -141,10 +157,14 @@ class ProtoWriter:
         return gp
 
     def _initializer(self, gp: GraphProto, tensor: LazyTensor, name: str, main: bool) -> None:
-        written = self.tensor(tensor, name)
+        as_encoded = main and tensor.encoded is not None
+        written = self.tensor(tensor, name, whole=not (as_encoded and self.keep_left_out))
         gp.initializer.append(written)
-        if main and tensor.encoded is not None and written is tensor.proto:
-            self.encoded[len(gp.initializer) - 1] = tensor.encoded
+        if as_encoded and written is tensor.proto:
+            position = len(gp.initializer) - 1
+            self.encoded[position] = tensor.encoded
+            if tensor.raw is not None:
+                self.left_out[position] = tensor.raw
 
     def node(self, node: Node) -> list[onnx.NodeProto]:
         domain, values, attrs = export_form(node, self.model.opset)
@@ -230,7 +250,9 @@ class ProtoWriter:
         t.raw_data = b"".join(tensor.raw_chunks())
         return t
 
-    def tensor(self, tensor: LazyTensor, name: str) -> TensorProto:
+    def tensor(self, tensor: LazyTensor, name: str, whole: bool = True) -> TensorProto:
+        """``tensor`` as a TensorProto named ``name``; its own message where unchanged, unless
+        the importer left its raw data out of it and ``whole`` asks for all of its numbers."""
         if tensor.is_external and tensor.proto is not None and name:
             t = TensorProto()
             t.name = name
@@ -241,12 +263,14 @@ class ProtoWriter:
             self.external[name] = tensor
             return t
         proto = tensor.proto
-        if proto is not None and proto.name == name:
+        if proto is not None and proto.name == name and (tensor.raw is None or not whole):
             return proto
         if proto is not None:
             t = TensorProto()
             t.CopyFrom(proto)
             t.name = name
+            if tensor.raw is not None:
+                t.raw_data = bytes(tensor.raw)
             return t
         t = numpy_helper.from_array(tensor.numpy(), name)
         if t.data_type != dtype_code(tensor.dtype):

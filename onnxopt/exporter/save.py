@@ -68,12 +68,14 @@ def stage_bytes(data: bytes | Sequence[bytes], path: str) -> StagedFile:
 def save_model(proto: ModelProto, external: dict[str, LazyTensor], path: str, *,
                use_external: bool = False, protected: frozenset[str] = frozenset(),
                serialized: bytes | None = None, staged: StagedFile | None = None,
-               encoded: dict[int, memoryview] | None = None) -> None:
+               encoded: dict[int, memoryview] | None = None,
+               left_out: dict[int, memoryview] | None = None) -> None:
     """Write ``proto`` to ``path`` atomically (``serialized``: its bytes, where the caller
     has them, and ``staged``: those bytes already written beside ``path``; either is used
     when every tensor stays inline, as then the file is exactly those bytes; ``encoded``:
     initializers whose bytes are at hand, written as they are, see
-    :func:`onnxopt.exporter.serialize.model_parts`).
+    :func:`onnxopt.exporter.serialize.model_parts`; ``left_out``: raw data left out of
+    those messages, by position, :func:`onnxopt.exporter.build.export_model_encoded`).
 
     ``external`` maps placeholder tensors to their lazy source. With
     ``use_external`` (or when the model would pass protobuf's 2 GB limit)
@@ -82,7 +84,7 @@ def save_model(proto: ModelProto, external: dict[str, LazyTensor], path: str, *,
     """
     try:
         _save(proto, external, _writable_destination(path), use_external, protected,
-              serialized, staged, encoded)
+              serialized, staged, encoded, left_out or {})
     finally:
         if staged is not None:
             staged.discard()  # a no-op once committed
@@ -100,14 +102,17 @@ def _writable_destination(path: str) -> str:
 
 def _save(proto: ModelProto, external: dict[str, LazyTensor], path: str, use_external: bool,
           protected: frozenset[str], serialized: bytes | None,
-          staged: StagedFile | None, encoded: dict[int, memoryview] | None) -> None:
+          staged: StagedFile | None, encoded: dict[int, memoryview] | None,
+          left_out: dict[int, memoryview]) -> None:
     tensors = list(_all_initializers(proto))
     if not use_external and not external:
-        inline_size = sum(stored_size(t) for t in tensors)  # the 64 MB slack covers headers
+        inline_size = sum(stored_size(t) for t in tensors) + sum(
+            len(raw) for raw in left_out.values())  # the 64 MB slack covers headers
         use_external = inline_size > PROTOBUF_LIMIT - (1 << 26)
     data_tmp = data_path = None
     try:
         if use_external or external:
+            restore_left_out(proto, left_out)  # the data file is written from the messages
             data_path = _data_file_name(path, protected)
             data_tmp = _write_data_file(tensors, external, data_path, use_external)
         if staged is not None and data_path is None and staged.path == path:
@@ -132,6 +137,15 @@ def _save(proto: ModelProto, external: dict[str, LazyTensor], path: str, use_ext
     finally:
         if data_tmp is not None:
             _unlink_quiet(data_tmp)
+
+
+def restore_left_out(proto: ModelProto, left_out: dict[int, memoryview]) -> None:
+    """Put the raw data left out of ``proto``'s main-graph initializers (by position, as
+    :func:`onnxopt.exporter.build.export_model_encoded` gives it) back into them, a copy of
+    those weights, and empty ``left_out``."""
+    for position, raw in left_out.items():
+        proto.graph.initializer[position].raw_data = bytes(raw)
+    left_out.clear()
 
 
 def inline_external(proto: ModelProto, external: dict[str, LazyTensor]) -> None:

@@ -16,7 +16,7 @@ from google.protobuf.message import Message
 from google.protobuf.unknown_fields import UnknownFieldSet
 from onnx import GraphProto, ModelProto, TensorProto
 
-from onnxopt.ir.wire import last_string
+from onnxopt.ir.wire import encode_varint, last_string
 
 # protobuf refuses to parse (and to write) a message of 2 GB or more.
 PROTOBUF_MAX_BYTES = (1 << 31) - 1
@@ -48,10 +48,10 @@ def model_parts(proto: ModelProto,
         data = encoded.get(position)
         if data is None or not _names(data, tensor.name):
             data = tensor.SerializeToString()
-        parts += (initializer_tag, _varint(len(data)), data)
+        parts += (initializer_tag, encode_varint(len(data)), data)
     graph_size = sum(len(p) for p in parts)
     head = _without(proto, "graph").SerializeToString()
-    header = (head, _tag(ModelProto.GRAPH_FIELD_NUMBER), _varint(graph_size))
+    header = (head, _tag(ModelProto.GRAPH_FIELD_NUMBER), encode_varint(graph_size))
     if graph_size + sum(len(p) for p in header) > PROTOBUF_MAX_BYTES:
         raise ValueError("the model is larger than protobuf's 2 GB limit")
     return [*header, *parts]
@@ -82,16 +82,4 @@ def _names(encoding: memoryview, name: str) -> bool:
 
 
 def _tag(field_number: int) -> bytes:
-    return _varint(field_number << 3 | _LENGTH_DELIMITED)
-
-
-def _varint(n: int) -> bytes:
-    out = bytearray()
-    while True:
-        low = n & 0x7F
-        n >>= 7
-        if n:
-            out.append(low | 0x80)
-        else:
-            out.append(low)
-            return bytes(out)
+    return encode_varint(field_number << 3 | _LENGTH_DELIMITED)

@@ -27,16 +27,15 @@ from onnxopt.importer.load import (
     external_problem,
     fix_undecodable_text,
     has_undecodable_text,
+    map_model_file,
     raw_lengths,
-    read_model_file,
     resolve_external,
     tensor_bytes,
     tensor_problem,
 )
 from onnxopt.importer.toposort import reads_of, topological_order
-from onnxopt.importer.wire import initializer_encodings
 from onnxopt.ir import symdim as sd
-from onnxopt.ir.dtypes import dtype_name
+from onnxopt.ir.dtypes import dtype_name, numpy_dtype
 from onnxopt.ir.graph import Graph, NameScope
 from onnxopt.ir.model import Model
 from onnxopt.ir.node import STANDARD_DOMAINS, Attr, Node
@@ -52,7 +51,7 @@ def import_model(source: str | ModelProto, *, infer_shapes: bool = True,
     """Read a path or ModelProto into the IR (external data referenced, not loaded).
     ``meanwhile``: work of the caller's to do while onnx's shape inference runs in its child,
     right before the importer would wait for it (nothing is done without that child)."""
-    data = None  # the file's bytes, where read from one
+    mapped = None  # the file, where read from one
     if isinstance(source, ModelProto):
         proto, label, base_dir = source, "<model>", None
         check_versions(proto, label)
@@ -63,11 +62,13 @@ def import_model(source: str | ModelProto, *, infer_shapes: bool = True,
         text_checked = True
     else:
         path = os.fspath(source)
-        proto, data = read_model_file(path, fix_text=False)
+        mapped = map_model_file(path)
+        proto = mapped.proto
         label, base_dir = path, os.path.dirname(os.path.abspath(path))
         text_checked = False  # the proto is onnxopt's own: fixed in place, if need be
     importer = _Importer(label, base_dir)
-    importer.source_bytes = data
+    if mapped is not None:
+        importer.encodings, importer.left_out = mapped.encodings, mapped.raw
     with _gc_paused():
         return importer.run(proto, infer_shapes, text_checked, meanwhile)
 
@@ -121,9 +122,11 @@ class _Importer:
         self._path: tuple = ()
         self.opset = 0
         self.raw_lengths: dict[str, int] = {}  # the main graph's initializers' (raw_lengths)
-        self.source_bytes: bytes | None = None  # the file's bytes, where read from a file
-        # The main graph's initializers' bytes in that file, by position (importer/wire.py).
+        # The main graph's initializers' bytes in the file read, by position, and the raw data
+        # left out of their parsed messages (importer/wire.py, load.map_model_file).
         self.encodings: list[memoryview] | None = None
+        self.left_out: dict[int, memoryview] = {}
+        self._left_out_of: dict[int, memoryview] = {}  # the same, by id of the message
 
     def run(self, proto: ModelProto, infer_shapes: bool, text_checked: bool = True,
             meanwhile: Callable[[], None] | None = None) -> Model:
@@ -133,17 +136,15 @@ class _Importer:
             # While onnx's inference runs in its child, what needs no inferred type is done.
             if not text_checked and has_undecodable_text(proto):
                 fix_undecodable_text(proto)
-                self.source_bytes = None  # the messages no longer are what the file holds
+                self.encodings = None  # the messages no longer are what the file holds
                 if hint is not None:  # it was handed the text protobuf cannot write: again
                     hint.cancel()
                     hint = started(_inferred_graph, proto)
-            if self.source_bytes is not None:
-                self.encodings = initializer_encodings(self.source_bytes,
-                                                       len(proto.graph.initializer))
             declared = set(_declared_names(proto.graph))
             ranks_declared = _ranks_declared(proto.graph)
-            self.raw_lengths = raw_lengths(proto.graph)
-            source_tensor_bytes = tensor_bytes(proto, raw_lengths=self.raw_lengths)
+            self.raw_lengths = raw_lengths(proto.graph, self.left_out)
+            source_tensor_bytes = tensor_bytes(proto, raw_lengths=self.raw_lengths,
+                                              left_out=self.left_out)
             if hint is not None:
                 if meanwhile is not None:
                     meanwhile()
@@ -241,10 +242,13 @@ class _Importer:
         # ``groups``, so an id stays its own while this runs).
         encodings = self.encodings if parent is None else None
         encoded: dict[int, memoryview] = {}
+        left_out = self.left_out if parent is None else {}
         for k, t in enumerate(g.initializer):
             groups.setdefault(t.name, []).append(t)
             if encodings is not None:
                 encoded[id(t)] = encodings[k]
+            if k in left_out:
+                self._left_out_of[id(t)] = left_out[k]
         for vi in g.input:
             known = scope.values.get(vi.name)
             if known is not None and known in graph.inputs:
@@ -257,7 +261,8 @@ class _Importer:
             scope.values[vi.name] = v
             given = groups.pop(vi.name, [])
             if len(given) == 1:
-                graph.input_defaults[vi.name] = self._tensor(given[0], encoded.get(id(given[0])))
+                graph.input_defaults[vi.name] = self._tensor(given[0], encoded.get(id(given[0])),
+                                                             stripped=True)
             elif given:  # written back as they were: which one ONNX Runtime takes is its own
                 graph.opaque_initializers[vi.name] = (None, self._kept(given))
             v.doc_string = vi.doc_string
@@ -274,11 +279,14 @@ class _Importer:
             self._claim(scope, names, name, "initializer")
             known = self.raw_lengths.get(name) if parent is None else None
             if len(protos) == 1 and tensor_problem(t, known) is None:
-                tensor = self._tensor(t, encoded.get(id(t)))
+                tensor = self._tensor(t, encoded.get(id(t)), stripped=True)
                 scope.values[name] = graph.add_constant(tensor, name, exact_name=True)
             else:  # unreadable, or given twice (ORT's pick between them is its own): kept as is
+                for kept in protos:
+                    self._restore(kept)
                 dims = tuple(t.dims) if tensor_problem(t) is None else None  # not to be trusted
                 scope.values[name] = self._opaque(name, protos, graph, t.data_type, dims)
+        self._left_out_of.clear()  # each one taken (ids are only an object's while it lives)
         for sparse in g.sparse_initializer:
             name = sparse.values.name
             if name in scope.values:  # also an input or a dense initializer: kept as it was
@@ -343,6 +351,7 @@ class _Importer:
         """A kept-as-is tensor whose bytes lie in an external file: a copy with them inline, so
         the output (written elsewhere) still holds them. Rare (an initializer given twice), so
         reading it whole is no burden."""
+        self._restore(t)
         if not isinstance(t, TensorProto) or t.data_location != TensorProto.EXTERNAL:
             return t
         try:
@@ -411,14 +420,29 @@ class _Importer:
         annotate(node)
 
     # --- tensors and attributes -----------------------------------------------------------------
-    def _tensor(self, t: TensorProto, encoded: memoryview | None = None) -> LazyTensor:
-        """``encoded``: ``t``'s bytes in the input file, where known."""
+    def _tensor(self, t: TensorProto, encoded: memoryview | None = None,
+                stripped: bool = False) -> LazyTensor:
+        """``encoded``: ``t``'s bytes in the input file, where known; ``stripped``: ``t`` may be
+        a main-graph initializer whose raw data was left out of it (then the tensor reads it
+        from the file's bytes, where it lies as NumPy would view it)."""
         if t.data_location == TensorProto.EXTERNAL:
             self.had_external = True
             return LazyTensor.from_proto(t, resolve_external(t, self.base_dir, self.label))
+        raw = self._left_out_of.pop(id(t), None) if stripped else None
         tensor = LazyTensor.from_proto(t)
+        if raw is not None and _viewable(tensor, raw):
+            tensor.raw = raw
+        elif raw is not None:  # packed (4-bit types): read through onnx's helper
+            t.raw_data = bytes(raw)
         tensor.encoded = encoded
         return tensor
+
+    def _restore(self, t) -> None:
+        """Put raw data left out of ``t`` back into it (a copy): for what is written back as it
+        was, or read through onnx's helper."""
+        raw = self._left_out_of.pop(id(t), None)
+        if raw is not None:
+            t.raw_data = bytes(raw)
 
     def _constant_node_tensor(self, p: onnx.NodeProto) -> LazyTensor | None:
         """The value of a Constant node, read as ONNX Runtime reads it: by the attribute's
@@ -488,6 +512,14 @@ def _constant_from_attr(a: AttributeProto) -> LazyTensor | None:
     if a.type == AttributeProto.INTS:
         return LazyTensor.from_array(np.array(list(a.ints), dtype=np.int64))
     return None
+
+
+def _viewable(tensor: LazyTensor, raw: memoryview) -> bool:
+    """Whether ``raw`` is ``tensor``'s numbers one element after the other (not packed)."""
+    try:
+        return tensor.size * numpy_dtype(tensor.dtype).itemsize == len(raw)
+    except (TypeError, ValueError, KeyError):
+        return False
 
 
 def _inferred_graph(proto: ModelProto) -> bytes | None:

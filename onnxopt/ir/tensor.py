@@ -42,7 +42,7 @@ class LazyTensor:
     :meth:`numpy` or :meth:`raw_chunks` is called.
     """
 
-    __slots__ = ("_array", "_external", "_proto", "dtype", "encoded", "shape")
+    __slots__ = ("_array", "_external", "_proto", "dtype", "encoded", "raw", "shape")
 
     def __init__(
         self,
@@ -62,6 +62,10 @@ class LazyTensor:
         # read from a file, :mod:`onnxopt.importer.wire`): written as they are, not encoded
         # again. ``None`` where not known.
         self.encoded: memoryview | None = None
+        # The proto's raw data, where the importer left it out of the parsed message (it stays
+        # in the input file's mapped bytes, :mod:`onnxopt.importer.wire`): the proto alone
+        # then lacks its numbers, and ``numpy`` reads them from here.
+        self.raw: memoryview | None = None
 
     @classmethod
     def from_array(cls, array: np.ndarray) -> LazyTensor:
@@ -98,7 +102,8 @@ class LazyTensor:
 
     @property
     def proto(self) -> TensorProto | None:
-        """The TensorProto this constant came from, if it is still unchanged."""
+        """The TensorProto this constant came from, if it is still unchanged (without its raw
+        data where ``raw`` holds it)."""
         return self._proto
 
     def numpy(self) -> np.ndarray:
@@ -108,6 +113,9 @@ class LazyTensor:
         try:
             if self._external is not None:
                 array = self._read_external()
+            elif self.raw is not None:  # as onnx's to_array reads raw data: not copied
+                array = np.frombuffer(self.raw, dtype=numpy_dtype(self.dtype))
+                array = array.reshape(self.shape)
             else:
                 array = numpy_helper.to_array(self._proto)
             if array.shape != self.shape:

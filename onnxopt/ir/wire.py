@@ -18,17 +18,29 @@ def fields(view: memoryview, start: int = 0, end: int | None = None
            ) -> Iterator[tuple[int, int, int]]:
     """(field number, payload start, payload end) of each field of the message encoded in
     ``view[start:end]``; start and end ``-1`` for a field that is not length-delimited."""
+    for number, _, payload, field_end in spans(view, start, end):
+        yield number, payload, field_end if payload >= 0 else -1
+
+
+def spans(view: memoryview, start: int = 0, end: int | None = None
+          ) -> Iterator[tuple[int, int, int, int]]:
+    """(field number, field start, payload start, field end) of each field of the message
+    encoded in ``view[start:end]``: the field's key starts it, and a length-delimited
+    field's payload runs from its payload start to its end (payload start ``-1`` for a
+    field that is not length-delimited). What rewrites a message (leaving a field out,
+    :mod:`onnxopt.importer.wire`) copies the bytes between fields as they are."""
     end = len(view) if end is None else end
     i = start
     try:
         while i < end:
+            begin = i
             key, i = _varint(view, i)
             kind = key & 7
             if kind == _LENGTH_DELIMITED:
                 length, i = _varint(view, i)
                 if i + length > end:
                     raise ValueError("a field runs past its message")
-                yield key >> 3, i, i + length
+                yield key >> 3, begin, i, i + length
                 i += length
                 continue
             if kind == _VARINT:
@@ -39,11 +51,26 @@ def fields(view: memoryview, start: int = 0, end: int | None = None
                 i += 4
             else:  # groups (deprecated) or a corrupt key
                 raise ValueError(f"wire type {kind}")
-            yield key >> 3, -1, -1
+            if i > end:
+                raise ValueError("a field runs past its message")
+            yield key >> 3, begin, -1, i
     except IndexError:
         raise ValueError("the message ends inside a field") from None
     if i != end:
         raise ValueError("a field runs past its message")
+
+
+def encode_varint(n: int) -> bytes:
+    """``n`` as protobuf's varint (``n`` >= 0)."""
+    out = bytearray()
+    while True:
+        low = n & 0x7F
+        n >>= 7
+        if n:
+            out.append(low | 0x80)
+        else:
+            out.append(low)
+            return bytes(out)
 
 
 def last_string(view: memoryview, number: int) -> bytes | None:

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 from onnx import TensorProto, helper
 
-from onnxopt.ir.wire import fields, last_string
+from onnxopt.ir.wire import encode_varint, fields, last_string, spans
 
 
 def _tensor() -> TensorProto:
@@ -49,3 +51,21 @@ def test_the_last_of_a_repeated_singular_field_is_the_one_a_parser_keeps():
 def test_malformed_bytes_raise_value_error(data):
     with pytest.raises(ValueError):
         list(fields(memoryview(data)))
+
+
+@pytest.mark.parametrize("n", [0, 1, 127, 128, 16383, 16384, 2**31 - 1])
+def test_varint(n):
+    from google.protobuf.internal.encoder import _VarintBytes
+
+    assert encode_varint(n) == _VarintBytes(n)
+
+
+def test_spans_cover_the_message_field_after_field():
+    data = memoryview(_tensor().SerializeToString())
+    found = list(spans(data))
+    assert found[0][1] == 0 and found[-1][3] == len(data)
+    assert all(a[3] == b[1] for a, b in itertools.pairwise(found))  # no gap, no overlap
+    name = next(f for f in found if f[0] == TensorProto.NAME_FIELD_NUMBER)
+    assert bytes(data[name[1]:name[3]]) == b"\x42\x01w"  # key, length, payload
+    kind = next(f for f in found if f[0] == TensorProto.DATA_TYPE_FIELD_NUMBER)
+    assert kind[2] == -1 and bytes(data[kind[1]:kind[3]]) == b"\x10\x01"  # a varint: no payload
