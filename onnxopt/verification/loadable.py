@@ -78,7 +78,7 @@ def fitness(proto: ModelProto, external: dict[str, LazyTensor] | None = None, *,
         inline_external(whole, external)
         proto, serialized = whole, None
     if serialized is None:
-        serialized = serialize(proto)
+        serialized = serialize(proto, size=size)
     if serialized is None or len(serialized) > MAX_CHECKED_BYTES:
         return Fitness(weight=weight, unchecked="it is too large to load twice")
     return Fitness(weight=weight, **native_checks(proto, serialized))

@@ -227,3 +227,32 @@ def test_written_with_external_data_the_weights_go_out_whole(tmp_path):
     write_result(result, out, path)
     assert os.path.exists(out + ".data")
     np.testing.assert_array_equal(_initializers(onnx.load(out))["big"], _weights()["big"])
+
+
+@pytest.mark.parametrize("model", ["made", "bert.ts.onnx"])
+def test_a_result_too_large_to_check_is_written_whole_and_not_refused(tmp_path, monkeypatch,
+                                                                       model):
+    """Too large to be loaded twice, a result is not checked: it must not be serialized for the
+    checks without the raw data its proto lacks (that read as a refusal, and the input came out
+    unoptimized)."""
+    from pathlib import Path
+
+    from onnxopt.verification import loadable
+
+    if model == "made":
+        path = _saved(_model(), tmp_path)
+    else:
+        path = str(Path(__file__).resolve().parents[2] / "models" / model)
+    # Less than the model, more than what its proto holds without its large raw data.
+    monkeypatch.setattr(loadable, "MAX_CHECKED_BYTES", tensor_bytes(onnx.load(path)) // 2)
+    assert tensor_bytes(map_model_file(path).proto) < loadable.MAX_CHECKED_BYTES
+    out = str(tmp_path / "out.onnx")
+    result = onnxopt.optimize(path, out, target="cpu", return_result=True)
+    assert result.report.stages["safeguard"] == {
+        "checks": "not loaded: it is too large to load twice"}
+    original, written = onnx.load(path), onnx.load(out)
+    assert _initializers(original).keys() >= {t.name for t in written.graph.initializer
+                                              if t.name in _initializers(original)}
+    for t in written.graph.initializer:
+        if t.name in _initializers(original):
+            np.testing.assert_array_equal(numpy_helper.to_array(t), _initializers(original)[t.name])

@@ -1,0 +1,68 @@
+"""The driver keeps the cyclic collector off the imported IR while the stages run, and hands
+it back afterwards: a process optimizing model after model must free each one."""
+
+from __future__ import annotations
+
+import gc
+from pathlib import Path
+
+import pytest
+
+from onnxopt import pipeline
+from onnxopt.options import OptimizeOptions
+from onnxopt.pipeline import run_pipeline
+
+MODEL = str(Path(__file__).resolve().parents[1] / "models" / "bert.ts.onnx")
+
+
+def _frozen_in_stages(monkeypatch) -> list[int]:
+    seen: list[int] = []
+    real = pipeline.normalize.run
+
+    def normalize_run(model, options):
+        seen.append(gc.get_freeze_count())
+        return real(model, options)
+
+    monkeypatch.setattr(pipeline.normalize, "run", normalize_run)
+    return seen
+
+
+def test_the_imported_ir_is_frozen_while_the_stages_run_and_thawed_after(monkeypatch):
+    assert gc.get_freeze_count() == 0
+    seen = _frozen_in_stages(monkeypatch)
+    run_pipeline(MODEL, OptimizeOptions(target="cpu"))
+    assert seen and all(count > 0 for count in seen)
+    assert gc.get_freeze_count() == 0
+
+
+def test_a_callers_own_freeze_is_left_as_it_was(monkeypatch):
+    seen = _frozen_in_stages(monkeypatch)
+    gc.freeze()
+    try:
+        before = gc.get_freeze_count()
+        run_pipeline(MODEL, OptimizeOptions(target="cpu"))
+        # (Frozen objects may still be freed by their counts: the count only falls.)
+        assert seen and all(count <= before for count in seen)  # nothing frozen on top
+        assert gc.get_freeze_count() <= before
+    finally:
+        gc.unfreeze()
+
+
+def test_a_stage_that_raises_still_thaws(monkeypatch):
+    def broken(model, options):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(pipeline.select, "run", broken)
+    with pytest.raises(pipeline.StageFailure):
+        run_pipeline(MODEL, OptimizeOptions(target="cpu"))
+    assert gc.get_freeze_count() == 0
+
+
+def test_a_dropped_result_is_collected():
+    """Its IR's cycles (nodes and values refer to each other) are found by a collection: they
+    were handed back to the collector (frozen ones would not be)."""
+    result = run_pipeline(MODEL, OptimizeOptions(target="cpu"))
+    nodes = len(result.model.graph)
+    gc.collect()
+    del result
+    assert gc.collect() > nodes
