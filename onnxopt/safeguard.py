@@ -92,8 +92,9 @@ class _Guard:
             # Serialized once: the first result's pieces are written beside the output and the
             # checks load that file (the writer then only renames it); a result of the search
             # is checked from its bytes, joined.
+            layout: dict = {}  # where each initializer lies in those bytes (the checks' light copy)
             parts = serialized_parts(result.proto, result.external, size=size,
-                                     encoded=result.encoded)
+                                     encoded=result.encoded, layout=layout)
             staged = serialized = None
             if self.stage is not None and parts is not None and not hold:
                 staged = self.stage(parts)
@@ -103,7 +104,7 @@ class _Guard:
             try:
                 found = fitness(result.proto, result.external, serialized=serialized, size=size,
                                 tensor_budget=result.model.source_tensor_bytes,
-                                staged=checked_file)
+                                staged=checked_file, layout=layout)
             except BaseException:
                 if staged is not None:
                     staged.discard()

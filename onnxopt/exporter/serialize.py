@@ -29,14 +29,17 @@ def model_bytes(proto: ModelProto) -> bytes:
     return b"".join(model_parts(proto))
 
 
-def model_parts(proto: ModelProto,
-                encoded: dict[int, memoryview] | None = None) -> list[bytes | memoryview]:
+def model_parts(proto: ModelProto, encoded: dict[int, memoryview] | None = None,
+                layout: dict[int, tuple[int, bytes | memoryview]] | None = None
+                ) -> list[bytes | memoryview]:
     """:func:`model_bytes` in pieces, to be written one after the other: joined, they are one
     more copy of every weight. ``encoded``: initializers of the graph, by position, whose
     bytes are at hand as the input file holds them (the exporter's
     :func:`onnxopt.exporter.build.export_model_encoded`): those pieces are those bytes, not
     a new encoding. Each is the same message's encoding (its name is checked against the
-    message's: a position that does not match is encoded anew)."""
+    message's: a position that does not match is encoded anew). ``layout``, where given, is
+    filled with each initializer's offset in the joined bytes and its encoding, by position
+    (:mod:`onnxopt.verification.light_copy` finds the weights in the written file so)."""
     encoded = encoded or {}
     graph = proto.graph
     if (not proto.HasField("graph") or not len(graph.initializer)
@@ -44,16 +47,25 @@ def model_parts(proto: ModelProto,
         return [proto.SerializeToString()]  # nothing to splice, or fields only the encoder keeps
     initializer_tag = _tag(GraphProto.INITIALIZER_FIELD_NUMBER)
     parts = [_without(graph, "initializer").SerializeToString()]
+    at = len(parts[0])  # offsets within the graph's payload, until the header is known
+    where: dict[int, tuple[int, bytes | memoryview]] = {}
     for position, tensor in enumerate(graph.initializer):
         data = encoded.get(position)
         if data is None or not _names(data, tensor.name):
             data = tensor.SerializeToString()
-        parts += (initializer_tag, encode_varint(len(data)), data)
-    graph_size = sum(len(p) for p in parts)
+        length = encode_varint(len(data))
+        parts += (initializer_tag, length, data)
+        at += len(initializer_tag) + len(length)
+        where[position] = (at, data)
+        at += len(data)
+    graph_size = at
     head = _without(proto, "graph").SerializeToString()
     header = (head, _tag(ModelProto.GRAPH_FIELD_NUMBER), encode_varint(graph_size))
-    if graph_size + sum(len(p) for p in header) > PROTOBUF_MAX_BYTES:
+    header_size = sum(len(p) for p in header)
+    if graph_size + header_size > PROTOBUF_MAX_BYTES:
         raise ValueError("the model is larger than protobuf's 2 GB limit")
+    if layout is not None:
+        layout.update({k: (header_size + offset, data) for k, (offset, data) in where.items()})
     return [*header, *parts]
 
 

@@ -101,7 +101,7 @@ def _graph_without_raw(view: memoryview, start: int, end: int, into: StrippedMod
             continue
         position = len(into.encodings)
         into.encodings.append(view[s:e])
-        raw = _large_raw_data(view, s, e, min_bytes)
+        raw = large_raw_data(view, s, e, min_bytes)
         if raw is None:
             continue
         raw_begin, raw_start, raw_end = raw
@@ -116,7 +116,7 @@ def _graph_without_raw(view: memoryview, start: int, end: int, into: StrippedMod
     return pieces
 
 
-def _large_raw_data(view: memoryview, start: int, end: int, min_bytes: int | None
+def large_raw_data(view: memoryview, start: int, end: int, min_bytes: int | None
                     ) -> tuple[int, int, int] | None:
     """(field start, payload start, field end) of the tensor's raw data field where it is
     the only one, ``min_bytes`` long or more, and the tensor says nothing of where its data

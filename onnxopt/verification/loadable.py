@@ -21,6 +21,7 @@ from onnxopt.exporter.serialize import model_parts
 from onnxopt.importer.load import tensor_bytes
 from onnxopt.ir.tensor import LazyTensor
 from onnxopt.isolation import NativeCrash, started
+from onnxopt.verification.light_copy import LIGHT_SUFFIX, discard, write_light_copy
 
 # Above this the model is not loaded into memory a second time to be checked (external data
 # is streamed to the output and never held whole: reading it back for a check would undo that).
@@ -51,13 +52,16 @@ class Fitness:
 
 def fitness(proto: ModelProto, external: dict[str, LazyTensor] | None = None, *,
             tensor_budget: int | None = None, serialized: bytes | None = None,
-            size: int | None = None, staged: str | None = None) -> Fitness:
+            size: int | None = None, staged: str | None = None,
+            layout: dict[int, tuple[int, bytes | memoryview]] | None = None) -> Fitness:
     """Run the checks on a model (``external``: its placeholder tensors, read if small;
     ``serialized``: ``proto``'s bytes where the caller has them — a large model's
     serialization costs as much as a check, so it is made once, see :func:`serialize`;
     ``size``: its ``tensor_bytes`` where the caller has them (counting reads every raw
     tensor out of the message); ``staged``: the path of a file holding exactly ``proto``'s
-    bytes, the output written beside its destination, which the checks then load)."""
+    bytes, the output written beside its destination, which the checks then load: through
+    its light copy where ``layout`` says where its initializers lie in it,
+    :mod:`onnxopt.verification.light_copy`)."""
     weight = None
     size = tensor_bytes(proto, external) if size is None else size
     if tensor_budget is not None and size > tensor_budget + TENSOR_SLACK_BYTES:
@@ -69,7 +73,11 @@ def fitness(proto: ModelProto, external: dict[str, LazyTensor] | None = None, *,
             too_large = False  # the file is gone: the checks say so, and nothing is kept
         if too_large:
             return Fitness(weight=weight, unchecked="it is too large to load twice")
-        return Fitness(weight=weight, **native_checks(proto, staged))
+        light = write_light_copy(staged, proto, layout) if layout else None
+        try:
+            return Fitness(weight=weight, **native_checks(proto, light or staged))
+        finally:
+            discard(light)
     if external and sum(t.nbytes for t in external.values()) > MAX_CHECKED_EXTERNAL_BYTES:
         return Fitness(weight=weight, unchecked="its external data is too large to load twice")
     if external:
@@ -94,15 +102,16 @@ def serialize(proto: ModelProto, external: dict[str, LazyTensor] | None = None, 
 
 
 def serialized_parts(proto: ModelProto, external: dict[str, LazyTensor] | None = None, *,
-                     size: int | None = None, encoded: dict[int, memoryview] | None = None
+                     size: int | None = None, encoded: dict[int, memoryview] | None = None,
+                     layout: dict[int, tuple[int, bytes | memoryview]] | None = None
                      ) -> list[bytes | memoryview] | None:
     """:func:`serialize` in pieces (:func:`onnxopt.exporter.serialize.model_parts`, with
-    ``encoded``, its initializers' bytes at hand), for a caller that writes them to a file
-    rather than joining them."""
+    ``encoded``, its initializers' bytes at hand, and ``layout`` to fill), for a caller that
+    writes them to a file rather than joining them."""
     if external or (tensor_bytes(proto) if size is None else size) > MAX_CHECKED_BYTES:
         return None
     try:
-        return model_parts(proto, encoded)
+        return model_parts(proto, encoded, layout)
     except ValueError:
         return None
 
@@ -147,9 +156,10 @@ def _load_problem(proto: ModelProto, source: bytes | str) -> str | None:
 
 
 def _first_line(e: Exception, source: bytes | str) -> str:
-    """The error on one line; a staged file's temporary name, which the user never sees, is
-    said as "the result"."""
+    """The error on one line; a staged file's temporary name (or its light copy's), which the
+    user never sees, is said as "the result"."""
     text = " ".join(str(e).split())
     if isinstance(source, str):
-        text = text.replace(source, "the result")
+        for name in (source, source.removesuffix(LIGHT_SUFFIX)):
+            text = text.replace(name, "the result")
     return text[:240] if text else type(e).__name__
