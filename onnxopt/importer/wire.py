@@ -32,10 +32,15 @@ from onnxopt.ir.wire import encode_varint, spans
 # tensors' values: shape vectors, axes, scales; the importer's child drops larger ones too).
 STRIPPED_MIN_BYTES = 4096
 _RAW_DATA = TensorProto.RAW_DATA_FIELD_NUMBER
-# A tensor that says where its data lies (external data, or the field set explicitly) keeps
-# its message whole: what it means is for the importer to read.
-_LOCATION_FIELDS = (TensorProto.EXTERNAL_DATA_FIELD_NUMBER,
-                    TensorProto.DATA_LOCATION_FIELD_NUMBER)
+# A tensor that says more of its data than its raw data (where it lies: external data, or the
+# location set explicitly; numbers in a typed field too; segments) keeps its message whole:
+# what it means is for the importer, or ONNX Runtime, to read.
+_SAYS_MORE_FIELDS = frozenset({
+    TensorProto.EXTERNAL_DATA_FIELD_NUMBER, TensorProto.DATA_LOCATION_FIELD_NUMBER,
+    TensorProto.SEGMENT_FIELD_NUMBER, TensorProto.FLOAT_DATA_FIELD_NUMBER,
+    TensorProto.INT32_DATA_FIELD_NUMBER, TensorProto.STRING_DATA_FIELD_NUMBER,
+    TensorProto.INT64_DATA_FIELD_NUMBER, TensorProto.DOUBLE_DATA_FIELD_NUMBER,
+    TensorProto.UINT64_DATA_FIELD_NUMBER})
 
 
 @dataclass(frozen=True)
@@ -119,13 +124,13 @@ def _graph_without_raw(view: memoryview, start: int, end: int, into: StrippedMod
 def large_raw_data(view: memoryview, start: int, end: int, min_bytes: int | None
                     ) -> tuple[int, int, int] | None:
     """(field start, payload start, field end) of the tensor's raw data field where it is
-    the only one, ``min_bytes`` long or more, and the tensor says nothing of where its data
-    lies; else ``None``."""
+    the only one, ``min_bytes`` long or more, and the tensor says nothing more of its data
+    (``_SAYS_MORE_FIELDS``); else ``None``."""
     if min_bytes is None:
         return None
     found = None
     for number, begin, s, e in spans(view, start, end):
-        if number in _LOCATION_FIELDS:
+        if number in _SAYS_MORE_FIELDS:
             return None
         if number == _RAW_DATA:
             if found is not None or s < 0:

@@ -97,13 +97,17 @@ def test_a_graph_field_given_twice_is_walked_in_order():
     assert bytes(stripped.raw[4]) == parsed.graph.initializer[4].raw_data
 
 
-@pytest.mark.parametrize("tensor", ["external", "location", "twice"])
+@pytest.mark.parametrize("tensor", ["external", "location", "twice", "typed too", "segment"])
 def test_a_tensor_that_says_more_keeps_its_message_whole(tensor):
     t = numpy_helper.from_array(np.zeros(BIG, np.float32), "odd")
     if tensor == "external":
         t.external_data.add(key="location", value="w.bin")
     elif tensor == "location":
         t.data_location = TensorProto.DEFAULT
+    elif tensor == "typed too":  # numbers in a typed field as well: for a reader to judge
+        t.float_data.append(1.0)
+    elif tensor == "segment":
+        t.segment.begin = 0
     message = t.SerializeToString()
     if tensor == "twice":  # raw data given twice: a parser keeps the last
         message += bytes([TensorProto.RAW_DATA_FIELD_NUMBER << 3 | 2]) + _varint(8) + bytes(8)
