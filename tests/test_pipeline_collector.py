@@ -66,3 +66,37 @@ def test_a_dropped_result_is_collected():
     gc.collect()
     del result
     assert gc.collect() > nodes
+
+
+def test_the_collector_is_on_again_after_a_run_that_fails(tmp_path):
+    bad = tmp_path / "bad.onnx"
+    bad.write_bytes(b"not a model")
+    with pytest.raises(pipeline.OnnxoptError):
+        run_pipeline(str(bad), OptimizeOptions(target="cpu"))
+    assert gc.isenabled() and gc.get_freeze_count() == 0
+
+
+def test_no_collection_walks_the_ir_before_it_is_frozen(monkeypatch):
+    """Import leaves everything it made young; were the collector on when it returned, the
+    next collection would walk all of it (0.5 s on a graph of 104,000 nodes). It is off until
+    the IR is frozen, and on again for the stages."""
+    states = []
+    real_import = pipeline.import_model
+
+    def import_model(*args, **kwargs):
+        model = real_import(*args, **kwargs)
+        states.append(("imported", gc.isenabled()))
+        return model
+
+    real_normalize = pipeline.normalize.run
+
+    def normalize_run(model, options):
+        states.append(("stage", gc.isenabled() and gc.get_freeze_count() > 0))
+        return real_normalize(model, options)
+
+    monkeypatch.setattr(pipeline, "import_model", import_model)
+    monkeypatch.setattr(pipeline.normalize, "run", normalize_run)
+    run_pipeline(MODEL, OptimizeOptions(target="cpu"))
+    assert states[0] == ("imported", False)
+    assert states[1:] and all(state == ("stage", True) for state in states[1:])
+    assert gc.isenabled()
