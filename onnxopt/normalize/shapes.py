@@ -172,6 +172,10 @@ def _merge(out: Value, dtype: str | None, shape) -> None:
     if shape is None:
         out.shape = old
         return
+    # A dim no int64 holds (a product of corrupt dims): no run of the model has it, since
+    # ONNX Runtime's arithmetic wraps where Python's grows. It is not known, not written.
+    shape = tuple(None if isinstance(d, int) and not 0 <= d <= _INT_BOUNDS["int64"][1] else d
+                  for d in shape)
     if old is not None and len(old) == len(shape):
         shape = tuple(new if new is not None else o for new, o in zip(shape, old))
     out.shape = tuple(shape)
