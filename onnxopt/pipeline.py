@@ -178,26 +178,29 @@ def _run_stages(model: Model, options: OptimizeOptions, timed: Callable[[str, Ca
                 report: OptimizeReport, keep_left_out: bool
                 ) -> tuple[ModelProto, dict[str, LazyTensor], dict[int, memoryview],
                            dict[int, memoryview]]:
-    """The stages after import, then the export (what :func:`export_model_encoded` returns).
-    A stage that raises is a :class:`StageFailure` (the safeguard holds parts back)."""
-    stages = [*_stages(options),
-              ("export", lambda m, _: export_model_encoded(m, keep_left_out=keep_left_out))]
-    for name, stage in stages:
-        try:
-            summary = timed(name, lambda stage=stage: stage(model, options))
-        except OnnxoptError:
-            raise
-        except Exception as e:
-            if options.debug:
-                raise
-            raise StageFailure(name, e) from e
-        if name == "export":
-            return summary
+    """The stages after import, then the export (what :func:`export_model_encoded` returns)."""
+    for name, stage in _stages(options):
+        summary = _stage(name, timed, options, lambda stage=stage: stage(model, options))
         if summary is not None:
             report.stages[name] = summary
         if options.debug:
             verify_graph(model.graph)
-    raise AssertionError("the export stage comes last")
+    return _stage("export", timed, options,
+                  lambda: export_model_encoded(model, keep_left_out=keep_left_out))
+
+
+def _stage(name: str, timed: Callable[[str, Callable], Any], options: OptimizeOptions,
+           fn: Callable[[], Any]) -> Any:
+    """One stage, timed; one that raises is a :class:`StageFailure` (the safeguard then holds
+    parts back), unless ``--debug`` lets the exception through."""
+    try:
+        return timed(name, fn)
+    except OnnxoptError:
+        raise
+    except Exception as e:
+        if options.debug:
+            raise
+        raise StageFailure(name, e) from e
 
 
 def _stages(options: OptimizeOptions) -> list[tuple[str, Callable[[Model, OptimizeOptions], Any]]]:

@@ -34,6 +34,7 @@ from onnxopt.importer.load import (
     tensor_problem,
 )
 from onnxopt.importer.toposort import reads_of, topological_order
+from onnxopt.importer.wire import STRIPPED_MIN_BYTES
 from onnxopt.ir import symdim as sd
 from onnxopt.ir.dtypes import dtype_name, numpy_dtype
 from onnxopt.ir.graph import Graph, NameScope
@@ -544,7 +545,7 @@ def _strip_for_inference(proto: ModelProto) -> None:
         del g.value_info[:]
         _forget_negative_dims(g)
         for t in g.initializer:
-            if t.data_location != TensorProto.EXTERNAL and stored_size(t) > 4096:
+            if t.data_location != TensorProto.EXTERNAL and stored_size(t) >= STRIPPED_MIN_BYTES:
                 for field in ("raw_data", "float_data", "int32_data", "int64_data",
                               "double_data", "uint64_data", "string_data"):
                     t.ClearField(field)

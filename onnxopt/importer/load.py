@@ -42,34 +42,29 @@ def read_model_proto(path: str, *, fix_text: bool = True) -> ModelProto:
     """Parse ``path`` without loading external data; raise a one-line error on failure.
     ``fix_text=False`` leaves text that is not UTF-8 to the caller (the importer looks for it
     while onnx's shape inference runs in its child)."""
-    return read_model_file(path, fix_text=fix_text)[0]
-
-
-def read_model_file(path: str, *, fix_text: bool = True) -> tuple[ModelProto, bytes]:
-    """:func:`read_model_proto`, and the file's bytes it was parsed from."""
     with _opened(path) as f:
         try:
             data = f.read()
         except OSError as e:
             raise ModelError(f"{path}: cannot read: {e.strerror}") from e
-    return parse_model_bytes(data, path, fix_text=fix_text), data
+    return parse_model_bytes(data, path, fix_text=fix_text)
 
 
 @dataclass(frozen=True)
 class MappedModel:
     """A model file mapped into memory and parsed without its large raw data (the importer's
     read, :func:`map_model_file`): ``proto`` lacks the raw data that ``raw`` holds (by
-    main-graph initializer position, bytes of ``data``); ``encodings`` are the main graph's
-    initializers' bytes in ``data`` (``None`` where the walk found none it could trust)."""
+    main-graph initializer position, views of the file's bytes, which keep the mapping
+    alive); ``encodings`` are the main graph's initializers' bytes in the file (``None``
+    where the walk found none it could trust)."""
 
     proto: ModelProto
-    data: bytes | mmap.mmap
     encodings: list[memoryview] | None
     raw: dict[int, memoryview]
 
 
 def map_model_file(path: str) -> MappedModel:
-    """Read ``path`` as :func:`read_model_file` does (the same one-line errors; text that is
+    """Read ``path`` as :func:`read_model_proto` does (the same one-line errors; text that is
     not UTF-8 is the caller's to fix), but map it rather than read it, and parse the model
     without its main graph's large raw data (:mod:`onnxopt.importer.wire`): on a 78 MB
     GPT-2, two copies of every weight fewer in fresh memory (the read and protobuf's), which
@@ -91,10 +86,9 @@ def map_model_file(path: str) -> MappedModel:
         proto = parse_model_bytes(_as_bytes(data) if skeleton is None else skeleton, path,
                                   fix_text=False)
         if len(stripped.encodings) == len(proto.graph.initializer):
-            return MappedModel(proto, data, stripped.encodings, stripped.raw)
-    # The walk met what it does not expect: parsed whole, as read_model_file does.
-    whole = _as_bytes(data)
-    return MappedModel(parse_model_bytes(whole, path, fix_text=False), whole, None, {})
+            return MappedModel(proto, stripped.encodings, stripped.raw)
+    # The walk met what it does not expect: parsed whole, as read_model_proto does.
+    return MappedModel(parse_model_bytes(_as_bytes(data), path, fix_text=False), None, {})
 
 
 def _as_bytes(data: bytes | mmap.mmap) -> bytes:

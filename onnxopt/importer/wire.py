@@ -84,16 +84,6 @@ def strip_raw_data(data: bytes | memoryview, min_bytes: int | None = STRIPPED_MI
     return StrippedModel(b"".join(pieces), stripped.encodings, stripped.raw)
 
 
-def initializer_encodings(data: bytes, count: int) -> list[memoryview] | None:
-    """The bytes of each main-graph initializer as ``data`` (a whole ModelProto) encodes them,
-    in the order a parser lists them; ``None`` where the walk does not find exactly ``count``
-    of them (the parsed model's number) or meets what it does not expect."""
-    found = strip_raw_data(data, None)
-    if found is None or len(found.encodings) != count:
-        return None
-    return found.encodings
-
-
 def _graph_without_raw(view: memoryview, start: int, end: int, into: StrippedModel,
                        min_bytes: int | None) -> list[bytes | memoryview] | None:
     """The pieces of the graph encoded in ``view[start:end]`` with its initializers' large raw

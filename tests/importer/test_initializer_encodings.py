@@ -8,7 +8,7 @@ import onnx
 from onnx import GraphProto, ModelProto, TensorProto, helper, numpy_helper
 
 from onnxopt.importer import import_model
-from onnxopt.importer.wire import initializer_encodings
+from onnxopt.importer.wire import strip_raw_data
 
 IR_VERSION = 10
 
@@ -59,8 +59,8 @@ def _varint(n: int) -> bytes:
 def test_each_encoding_parses_to_the_parsed_initializer():
     data = _model(3).SerializeToString()
     parsed = ModelProto.FromString(data)
-    found = initializer_encodings(data, len(parsed.graph.initializer))
-    assert found is not None and len(found) == 3
+    found = strip_raw_data(data, None).encodings
+    assert len(found) == len(parsed.graph.initializer) == 3
     for encoding, tensor in zip(found, parsed.graph.initializer):
         assert TensorProto.FromString(bytes(encoding)) == tensor
 
@@ -71,14 +71,30 @@ def test_a_graph_given_twice_lists_both_graphs_initializers_as_a_parser_merges_t
     data = _model(2).SerializeToString() + _graph_field(extra)
     parsed = ModelProto.FromString(data)
     assert [t.name for t in parsed.graph.initializer] == ["w0", "w1", "later"]
-    found = initializer_encodings(data, 3)
+    found = strip_raw_data(data, None).encodings
     assert [TensorProto.FromString(bytes(e)).name for e in found] == ["w0", "w1", "later"]
 
 
-def test_a_count_other_than_the_parsers_or_bytes_it_cannot_walk_give_none():
+def test_a_count_other_than_the_parsers_or_bytes_it_cannot_walk_give_none(tmp_path,
+                                                                          monkeypatch):
+    """Bytes the walk cannot follow give nothing; a walk that counts other initializers than
+    the parser (it cannot, unmocked) is not trusted: the file is then parsed whole."""
+    from onnxopt.importer import load
+
     data = _model(2).SerializeToString()
-    assert initializer_encodings(data, 3) is None
-    assert initializer_encodings(data + b"\x3b", 2) is None  # a group's key: not walked
+    assert strip_raw_data(data + b"\x3b", None) is None  # a group's key: not walked
+    path = tmp_path / "m.onnx"
+    path.write_bytes(data)
+    real = load.strip_raw_data
+
+    def one_too_many(found, min_bytes=None):
+        walked = real(found, min_bytes)
+        return type(walked)(walked.skeleton, [*walked.encodings, walked.encodings[0]], {})
+
+    monkeypatch.setattr(load, "strip_raw_data", one_too_many)
+    mapped = load.map_model_file(str(path))
+    assert mapped.encodings is None and not mapped.raw
+    assert mapped.proto == ModelProto.FromString(data)
 
 
 def test_imported_from_a_file_the_main_graphs_constants_carry_their_bytes(tmp_path):
