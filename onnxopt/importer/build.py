@@ -34,6 +34,7 @@ from onnxopt.importer.load import (
     tensor_problem,
 )
 from onnxopt.importer.toposort import reads_of, topological_order
+from onnxopt.importer.varying_ranks import ranks_that_vary
 from onnxopt.importer.wire import STRIPPED_MIN_BYTES
 from onnxopt.ir import symdim as sd
 from onnxopt.ir.dtypes import dtype_name, numpy_dtype
@@ -154,7 +155,8 @@ class _Importer:
         finally:
             if hint is not None:  # something above raised: the child is not left behind
                 hint.cancel()
-        self._collect_value_info(proto.graph, (), ranks_declared)
+        distrusted = ranks_that_vary(proto.graph, self.shapes.get((), {}))
+        self._collect_value_info(proto.graph, (), ranks_declared, distrusted)
         graph = self._graph(proto.graph, _Scope(), NameScope(), parent=None, path=())
         return Model(
             graph=graph,
@@ -188,11 +190,12 @@ class _Importer:
             graph.ParseFromString(inferred)
             self._collect_value_info(graph, ())
 
-    def _collect_value_info(self, g: GraphProto, path: tuple, trust_shapes: bool = True
-                            ) -> None:
+    def _collect_value_info(self, g: GraphProto, path: tuple, trust_shapes: bool = True,
+                            distrusted: set[str] | frozenset = frozenset()) -> None:
         """Types by name: inferred ones first, then the file's. A main graph input of unknown
         rank admits inputs of any rank, so then the declared shapes of intermediate values
-        (written for the exporter's own inputs) are not taken at their word."""
+        (written for the exporter's own inputs) are not taken at their word; nor are those of
+        ``distrusted``, values whose rank varies from run to run (importer/varying_ranks.py)."""
         shapes = self.shapes.setdefault(path, {})
         others = self.other_types.setdefault(path, {})
         intermediate = {vi.name for vi in g.value_info}
@@ -200,7 +203,7 @@ class _Importer:
             if vi.type.WhichOneof("value") not in (None, "tensor_type"):
                 others.setdefault(vi.name, vi.type)
             dtype, shape = type_of(vi.type)
-            if not trust_shapes and vi.name in intermediate:
+            if (not trust_shapes and vi.name in intermediate) or vi.name in distrusted:
                 shape = None
             old = shapes.get(vi.name)
             if old is None or (old[1] is None and shape is not None) or old[0] is None:

@@ -3,7 +3,7 @@
 Why: each was a real failure of onnxopt (a valid model refused, an output ORT could
 not run, a changed result, an internal warning); the fix is in the code, and the
 recipe rebuilds the exact model, so a regression on any of them fails here with the
-same verdict the long run gave. Recipes are from runs 11, 12, 14, 15 and 16
+same verdict the long run gave. Recipes are from runs 11 to 43
 (``benchmarks/fuzz_results.md``).
 """
 
@@ -103,6 +103,10 @@ FOUND = {
     "conv_over_a_negative_declared_width": _mutant(
         "m24-370", "diffusion.ts", 2930054,
         [["init_duplicate", 2378843137], ["input_shape", 4004676482]], False),
+    "unsqueeze_over_axes_of_a_varying_length": _mutant(
+        "m43-200", "gpt2.dynamo", 1583843,
+        [["insert_identity", 2438473663], ["swap_inputs", 3061195103],
+         ["value_info_corrupt", 3826346641]], False),
 }
 
 
