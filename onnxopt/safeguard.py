@@ -35,7 +35,7 @@ from onnxopt.importer.load import read_model_proto, read_model_with_data, tensor
 from onnxopt.isolation import NativeCrash, isolated
 from onnxopt.options import OptimizeOptions
 from onnxopt.pipeline import OptimizeResult, Progress, StageFailure, run_pipeline
-from onnxopt.verification.loadable import Fitness, fitness, serialized_parts
+from onnxopt.verification.loadable import LOAD_CHECK_CONFIG, Fitness, fitness, serialized_parts
 
 Attempt = tuple["OptimizeResult | None", list[str]]
 
@@ -193,7 +193,7 @@ def _file_checks(path: str) -> tuple[str | None, str | None]:
     except Exception as e:  # noqa: BLE001 - the checker's complaint is the answer
         checker = str(e) or type(e).__name__
     try:
-        evaluation.session(path)
+        evaluation.session(path, config=LOAD_CHECK_CONFIG)
     except Exception as e:  # noqa: BLE001 - ORT's refusal is the answer
         loads = str(e) or type(e).__name__
     return checker, loads

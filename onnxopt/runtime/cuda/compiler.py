@@ -23,7 +23,6 @@ Needs only nvcc: no GPU, no driver. The CI tests use this to build every special
 from __future__ import annotations
 
 import functools
-import hashlib
 import json
 import os
 import re
@@ -32,7 +31,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -98,6 +96,8 @@ def nvcc_version(nvcc: str) -> str:
 
 def source_digest(source: Path) -> str:
     """sha256 over the source and, recursively, the local headers it includes."""
+    import hashlib  # here, as below: every start imports this module, few of them compile
+
     h = hashlib.sha256()
     seen: set[Path] = set()
 
@@ -144,6 +144,8 @@ def compile_cubin(
         "\n".join(flags),
         nvcc_version(nvcc),
     ]
+    import hashlib
+
     key = hashlib.sha256("\0".join(key_parts).encode()).hexdigest()
     cache = cache or cache_dir()
     tag = "-".join(d.removeprefix("ONNXOPT_SPEC_") for d in sorted(defines))[:80] or "all"
@@ -280,6 +282,8 @@ def build_images(kernels: Path, out: Path, *, targets: tuple[str, ...] = TARGETS
         sources = [s for s in sources if s.stem in families]
     work = [(s, t) for s in sources for t in targets]
     jobs = max(1, jobs or os.cpu_count() or 1)
+    from concurrent.futures import ThreadPoolExecutor
+
     with ThreadPoolExecutor(max_workers=jobs) as pool:  # each job is an nvcc process
         images = list(pool.map(
             lambda st: compile_image(st[0], st[1], out / image_name(st[0].stem, st[1]),
