@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from onnx import ModelProto, TensorProto, numpy_helper
 
 from onnxopt.errors import UsageError
+from onnxopt.exporter.pieces import write_pieces
 from onnxopt.exporter.serialize import model_parts
 from onnxopt.ir.tensor import LazyTensor, stored_size
 
@@ -57,8 +58,8 @@ def stage_bytes(data: bytes | Sequence[bytes], path: str) -> StagedFile:
     except OSError as e:
         raise UsageError(f"{path}: cannot write output: {e.strerror or e}") from e
     try:
-        with open(tmp, "wb") as f:
-            f.writelines([data] if isinstance(data, bytes) else data)
+        with open(tmp, "wb", buffering=0) as f:
+            write_pieces(f.fileno(), [data] if isinstance(data, bytes) else data)
     except OSError as e:
         _unlink_quiet(tmp)
         raise UsageError(f"{path}: cannot write output: {e.strerror or e}") from e
@@ -120,11 +121,12 @@ def _save(proto: ModelProto, external: dict[str, LazyTensor], path: str, use_ext
             return
         model_tmp = _temp_beside(path)
         try:
-            with os.fdopen(os.open(model_tmp, os.O_WRONLY | os.O_TRUNC), "wb") as f:
+            with os.fdopen(os.open(model_tmp, os.O_WRONLY | os.O_TRUNC), "wb", buffering=0) as f:
                 if serialized is not None and data_path is None:
-                    f.write(serialized)
+                    write_pieces(f.fileno(), [serialized])
                 else:  # in pieces: joined, they would be one more copy of every weight
-                    f.writelines(model_parts(proto, encoded if data_path is None else None))
+                    write_pieces(f.fileno(),
+                                 model_parts(proto, encoded if data_path is None else None))
             if data_tmp is not None:
                 os.replace(data_tmp, data_path)
                 data_tmp = None

@@ -15,8 +15,10 @@ import mmap
 import os
 import stat
 import sys
+import weakref
 from dataclasses import dataclass
 
+import numpy as np
 import onnx
 from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import DecodeError
@@ -109,15 +111,33 @@ def _opened(path: str):
         yield f
 
 
+class FileMap(mmap.mmap):
+    """A file mapped read-only that keeps its own descriptor of the file (``source_fd``, closed
+    when the mapping is collected) and the mapping's address (``address``): the writer copies
+    the views of it that a result holds from file to file (:mod:`onnxopt.exporter.pieces`).
+    The descriptor is of the very file mapped, so it reads the same bytes even where the path
+    has since been given to another file."""
+
+    source_fd: int | None = None
+    address: int | None = None
+
+
 def _mapped(f) -> mmap.mmap | None:
     """``f``'s bytes mapped read-only, or ``None`` where it is not a regular file or cannot be
     mapped (empty, or a file system without mappings)."""
     try:
         if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
             return None
-        return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        mapping = FileMap(f.fileno(), 0, access=mmap.ACCESS_READ)
     except (OSError, ValueError):
         return None
+    try:
+        mapping.source_fd = os.dup(f.fileno())
+    except OSError:
+        return mapping  # written through the mapping, as any other bytes
+    weakref.finalize(mapping, os.close, mapping.source_fd)
+    mapping.address = np.frombuffer(mapping, dtype=np.uint8).ctypes.data
+    return mapping
 
 
 def read_model_with_data(path: str) -> ModelProto:

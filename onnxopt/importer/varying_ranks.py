@@ -33,23 +33,83 @@ def ranks_that_vary(g: GraphProto, inferred: dict[str, tuple[str | None, Shape]]
     inferred = {name: known for name, known in inferred.items()}
     for o in g.output:  # what inference hands back for these is the file's own declaration
         inferred.pop(o.name, None)
-    constant = {t.name for t in g.initializer}
-    constant.update(n.output[0] for n in g.node
-                    if n.op_type == "Constant" and n.domain in STANDARD_DOMAINS and n.output)
-    varying: set[str] = set()
+    lengths = _Lengths(g, inferred)
+    varying = lengths.varying_ranks
     for node in g.node:
         if varying and any(name in varying for name in node.input):
             varying.update(o for o in node.output if o and _rank_of(inferred, o) is None)
             continue
         i = _length_input(node)
-        if i is None or i >= len(node.input) or not node.input[i] or node.input[i] in constant:
+        if i is None or i >= len(node.input) or not node.input[i]:
             continue
         if not node.output or not node.output[0] or _rank_of(inferred, node.output[0]) is not None:
             continue
-        length = inferred.get(node.input[i], (None, None))[1]
-        if length is None or len(length) != 1 or not isinstance(length[0], int):
+        if lengths.may_vary(node.input[i]):
             varying.add(node.output[0])
     return varying
+
+
+class _Lengths:
+    """Whether a 1-D value's length may differ from run to run. A length is fixed when it is
+    known (a constant, or a number by inference), or follows from fixed ones: ``Shape`` of a
+    value of fixed rank, a slice of it at constant bounds, a gather at constant indices, and
+    what element-wise ops, ``Concat`` and ``Unsqueeze`` make of them, which is how exporters
+    build reshape targets. Anything else (``Range``, ``NonZero``, a graph input of symbolic
+    length, an op onnxopt does not know here) may vary. Inference may not know the length of a
+    fixed one: on a model whose every constant lies in external data, it reads none of them."""
+
+    _ELEMENTWISE = frozenset({
+        "Identity", "Cast", "Neg", "Abs", "Floor", "Ceil", "Round", "Sign", "Relu", "Not",
+        "Add", "Sub", "Mul", "Div", "Mod", "Max", "Min", "Where", "Equal", "Less", "Greater",
+        "LessOrEqual", "GreaterOrEqual", "And", "Or", "Xor", "Clip", "Concat", "Unsqueeze",
+        "Squeeze"})
+    _MAX_DEPTH = 64
+
+    def __init__(self, g: GraphProto, inferred: dict[str, tuple[str | None, Shape]]) -> None:
+        self.inferred = inferred
+        self.constant = {t.name for t in g.initializer}
+        self.constant.update(n.output[0] for n in g.node if n.op_type == "Constant"
+                             and n.domain in STANDARD_DOMAINS and n.output)
+        self.inputs = {vi.name: vi for vi in g.input}
+        self.producer = {o: n for n in g.node for o in n.output if o}
+        self.varying_ranks: set[str] = set()
+        self._known: dict[str, bool] = {}
+
+    def may_vary(self, name: str, depth: int = 0) -> bool:
+        if name in self._known:
+            return self._known[name]
+        answer = self._may_vary(name, depth)
+        self._known[name] = answer
+        return answer
+
+    def _may_vary(self, name: str, depth: int) -> bool:
+        if not name or name in self.constant:
+            return False
+        shape = self.inferred.get(name, (None, None))[1]
+        if shape is not None and all(isinstance(d, int) for d in shape):
+            return False
+        if name in self.varying_ranks or depth > self._MAX_DEPTH:
+            return True
+        node = self.producer.get(name)
+        if node is None:  # a graph input (or a name read from outside): as declared
+            vi = self.inputs.get(name)
+            dims = vi.type.tensor_type.shape.dim if vi is not None else ()
+            return vi is None or not all(d.HasField("dim_value") for d in dims)
+        if node.domain not in STANDARD_DOMAINS:
+            return True
+        op, inputs = node.op_type, list(node.input)
+        if op == "Shape":
+            return not inputs or inputs[0] in self.varying_ranks
+        if op == "Size":
+            return False
+        if op == "Slice":
+            return any(self.may_vary(x, depth + 1) for x in inputs[:1]) or any(
+                x and x not in self.constant for x in inputs[1:])
+        if op == "Gather":  # as many as its indices
+            return len(inputs) < 2 or self.may_vary(inputs[1], depth + 1)
+        if op in self._ELEMENTWISE:
+            return any(self.may_vary(x, depth + 1) for x in inputs)
+        return True
 
 
 def _length_input(node) -> int | None:

@@ -89,3 +89,26 @@ def test_the_output_computes_what_the_model_does_at_every_length():
         want, got = run(model, x), run(out, x)
         assert want.shape == got.shape and want.ndim == max(seq + 2, 3)
         np.testing.assert_array_equal(want, got)
+
+
+def test_a_length_read_from_a_fixed_rank_is_fixed_though_inference_cannot_say_it():
+    """``Reshape(y, Shape(x))``: the target's length is ``x``'s rank, fixed, even where
+    onnx's inference knows neither (a model whose every constant lies in external data)."""
+    g = helper.make_graph(
+        [helper.make_node("Shape", ["x"], ["target"]),
+         helper.make_node("Slice", ["target", "zero_1d", "two_1d"], ["head"]),
+         helper.make_node("Concat", ["head", "minus_one"], ["target2"], axis=0),
+         helper.make_node("Reshape", ["y", "target"], ["r"]),
+         helper.make_node("Reshape", ["y", "target2"], ["r2"]),
+         helper.make_node("Range", ["zero", "n", "one"], ["steps"]),
+         helper.make_node("Reshape", ["y", "steps"], ["r3"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, None),
+         helper.make_tensor_value_info("y", TensorProto.FLOAT, None),
+         helper.make_tensor_value_info("n", TensorProto.INT64, [])],
+        [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in ("r", "r2", "r3")],
+        [helper.make_tensor("zero_1d", TensorProto.INT64, [1], [0]),
+         helper.make_tensor("two_1d", TensorProto.INT64, [1], [2]),
+         helper.make_tensor("minus_one", TensorProto.INT64, [1], [-1]),
+         helper.make_tensor("zero", TensorProto.INT64, [], [0]),
+         helper.make_tensor("one", TensorProto.INT64, [], [1])])
+    assert ranks_that_vary(g, {}) == {"r3"}
