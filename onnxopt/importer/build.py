@@ -36,6 +36,7 @@ from onnxopt.importer.load import (
 from onnxopt.importer.toposort import reads_of, topological_order
 from onnxopt.importer.varying_ranks import ranks_that_vary
 from onnxopt.importer.wire import STRIPPED_MIN_BYTES
+from onnxopt.ir import schema_facts
 from onnxopt.ir import symdim as sd
 from onnxopt.ir.dtypes import dtype_name, numpy_dtype
 from onnxopt.ir.graph import Graph, NameScope
@@ -182,9 +183,11 @@ class _Importer:
         a hint, and on some malformed models (a negative GatherND ``batch_dims``) its C++ code
         segfaults."""
         try:
-            inferred = hint.result()
+            inferred, facts = hint.result()
         except NativeCrash:
             return
+        if facts is not None:
+            schema_facts.take(facts)
         if inferred is not None:
             graph = GraphProto()
             graph.ParseFromString(inferred)
@@ -526,19 +529,42 @@ def _viewable(tensor: LazyTensor, raw: memoryview) -> bool:
         return False
 
 
-def _inferred_graph(proto: ModelProto) -> bytes | None:
+def _inferred_graph(proto: ModelProto) -> tuple[bytes | None, tuple | None]:
     """The graph of ``proto`` with onnx's inferred value_info — run in the forked child, which
     first drops its copy's large initializer data (inference reads only small tensors such
     as shape vectors, and the graph it sends back then carries no weights). The declared
     types of intermediate values are dropped too: inference would start from them, and a
     wrong declared rank would then come back as if inferred; they are merged in after. So
-    are declared dims of negative size (:func:`_forget_negative_dims`)."""
+    are declared dims of negative size (:func:`_forget_negative_dims`). With it come the
+    schema facts the parent would otherwise build onnx's registry for
+    (:mod:`onnxopt.ir.schema_facts`): inference has built it here."""
+    opset, op_types = onnx_opset(proto), _default_domain_ops(proto.graph)
     _strip_for_inference(proto)
     try:
         inferred = onnx.shape_inference.infer_shapes(proto, strict_mode=False)
     except Exception:  # noqa: BLE001 - shape inference is a hint
-        return None
-    return inferred.graph.SerializeToString()
+        inferred = None
+    try:
+        facts = schema_facts.facts_for(op_types, opset)
+    except Exception:  # noqa: BLE001 - the parent looks up what it needs itself
+        facts = None
+    return (None if inferred is None else inferred.graph.SerializeToString()), facts
+
+
+def _default_domain_ops(g: GraphProto) -> set[str]:
+    """The op types of the default domain in ``g`` and its subgraphs."""
+    found: set[str] = set()
+    stack = [g]
+    while stack:
+        graph = stack.pop()
+        for node in graph.node:
+            if node.domain in STANDARD_DOMAINS:
+                found.add(node.op_type)
+            for a in node.attribute:
+                if a.HasField("g"):
+                    stack.append(a.g)
+                stack.extend(a.graphs)
+    return found
 
 
 def _strip_for_inference(proto: ModelProto) -> None:

@@ -16,16 +16,15 @@ looks, and go back to their own domain on export.
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 
 import numpy as np
-import onnx
 from onnx import AttributeProto
 
 from onnxopt.ir.dtypes import numpy_dtype
 from onnxopt.ir.graph import Graph
 from onnxopt.ir.node import LEGACY_DOMAIN, OPAQUE_OP, STANDARD_DOMAINS, Attr, Node
+from onnxopt.ir.schema_facts import signature
 from onnxopt.ir.tensor import LazyTensor
 from onnxopt.ir.value import Value
 
@@ -110,7 +109,7 @@ def _off_schema(node: Node, opset: int) -> bool:
     """The node does not fit its op's schema at ``opset``: no such op, an attribute it does not
     have or of another type, a count of inputs or outputs outside the schema's range, or a
     required input omitted. ONNX Runtime refuses such a node; no pass may read it."""
-    schema = _schema(node.op_type, opset)
+    schema = signature(node.op_type, opset)
     if schema is None:
         return True
     attrs, (min_in, max_in), options, (min_out, max_out) = schema
@@ -144,21 +143,6 @@ def _bad_values(node: Node) -> bool:
         batch_dims = node.attr("batch_dims")
         return not 0 <= batch_dims < min(ranks, default=65)
     return False
-
-
-@functools.lru_cache(maxsize=4096)
-def _schema(op_type: str, opset: int):
-    """(attribute name -> AttributeProto type, (min, max) inputs, each formal input's option
-    — "single", "optional" or "variadic" —, (min, max) outputs) of the op at ``opset``; None
-    when ONNX has no such op."""
-    try:
-        schema = onnx.defs.get_schema(op_type, max_inclusive_version=opset, domain="")
-    except onnx.defs.SchemaError:
-        return None
-    options = [str(i.option).rsplit(".", 1)[-1].lower() for i in schema.inputs]
-    return ({name: int(a.type) for name, a in schema.attributes.items()},
-            (schema.min_input, schema.max_input), options,
-            (schema.min_output, schema.max_output))
 
 
 def make_opaque(node: Node) -> None:

@@ -23,15 +23,14 @@ stopped, so the best partial match of each rule can be explained.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-import onnx
 
 from onnxopt.ir.node import Node
+from onnxopt.ir.schema_facts import attribute_defaults
 from onnxopt.ir.semantics import COMMUTATIVE, STANDARD_DOMAINS
 from onnxopt.ir.value import Value
 
@@ -193,30 +192,13 @@ class Op(Pat):
             return f"{given} inputs, the pattern takes {len(self.inputs)}"
         if self.other_attrs or node.domain not in STANDARD_DOMAINS:
             return None
-        defaults = _attribute_defaults(node.op_type)
+        defaults = attribute_defaults(node.op_type)
         for key in node.attrs:
             if key in self.attrs or key in self.reads:
                 continue
             if key not in defaults or node.attr(key) != defaults[key]:
                 return f"attribute {key}={node.attr(key)!r} is not one the pattern handles"
         return None
-
-
-@functools.lru_cache(maxsize=512)
-def _attribute_defaults(op_type: str) -> dict[str, Any]:
-    """The op's attributes that have a default in ONNX's newest schema, with it."""
-    try:
-        schema = onnx.defs.get_schema(op_type, domain="")
-    except onnx.defs.SchemaError:
-        return {}
-    out = {}
-    for name, a in schema.attributes.items():
-        if a.default_value.type != onnx.AttributeProto.UNDEFINED:
-            value = onnx.helper.get_attribute_value(a.default_value)
-            if isinstance(value, bytes):
-                value = value.decode()
-            out[name] = tuple(value) if isinstance(value, list) else value
-    return out
 
 
 @dataclass(eq=False)
