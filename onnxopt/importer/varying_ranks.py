@@ -25,25 +25,35 @@ _RANK_FROM_LENGTH = {"Reshape": 1, "Expand": 1, "ConstantOfShape": 0, "Unsqueeze
                      "Squeeze": 1}
 _REDUCTIONS = {"ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1",
                "ReduceL2", "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare"}
+_CANDIDATES = frozenset(_RANK_FROM_LENGTH) | _REDUCTIONS
+_UNKNOWN = (None, None)
 
 
 def ranks_that_vary(g: GraphProto, inferred: dict[str, tuple[str | None, Shape]]) -> set[str]:
     """The names in ``g`` (not its subgraphs) whose rank may differ from one run to the next,
-    by ``inferred`` (onnx's inference: dtype and shape by name)."""
-    inferred = {name: known for name, known in inferred.items()}
-    for o in g.output:  # what inference hands back for these is the file's own declaration
-        inferred.pop(o.name, None)
-    lengths = _Lengths(g, inferred)
-    varying = lengths.varying_ranks
+    by ``inferred`` (onnx's inference: dtype and shape by name). One walk of the nodes; the
+    table of producers it may need is built only when a node could start such a value."""
+    # What inference hands back for the graph's outputs is the file's own declaration.
+    outputs = {o.name for o in g.output}
+    varying: set[str] = set()
+    lengths: _Lengths | None = None
+
+    def rank_unknown(name: str) -> bool:
+        return name in outputs or inferred.get(name, _UNKNOWN)[1] is None
+
     for node in g.node:
         if varying and any(name in varying for name in node.input):
-            varying.update(o for o in node.output if o and _rank_of(inferred, o) is None)
+            varying.update(o for o in node.output if o and rank_unknown(o))
+            continue
+        if node.op_type not in _CANDIDATES:
             continue
         i = _length_input(node)
         if i is None or i >= len(node.input) or not node.input[i]:
             continue
-        if not node.output or not node.output[0] or _rank_of(inferred, node.output[0]) is not None:
+        if not node.output or not node.output[0] or not rank_unknown(node.output[0]):
             continue
+        if lengths is None:
+            lengths = _Lengths(g, inferred, outputs, varying)
         if lengths.may_vary(node.input[i]):
             varying.add(node.output[0])
     return varying
@@ -53,8 +63,9 @@ class _Lengths:
     """Whether a 1-D value's length may differ from run to run. A length is fixed when it is
     known (a constant, or a number by inference), or follows from fixed ones: ``Shape`` of a
     value of fixed rank, a slice of it at constant bounds, a gather at constant indices, and
-    what element-wise ops, ``Concat`` and ``Unsqueeze`` make of them, which is how exporters
-    build reshape targets. Anything else (``Range``, ``NonZero``, a graph input of symbolic
+    what element-wise ops, ``Concat``, ``Unsqueeze``, a reshape to a constant target and
+    ``ConstantOfShape(Shape(v))`` make of them, which is how exporters build reshape and
+    expand targets. Anything else (``Range``, ``NonZero``, a graph input of symbolic
     length, an op onnxopt does not know here) may vary. Inference may not know the length of a
     fixed one: on a model whose every constant lies in external data, it reads none of them."""
 
@@ -65,14 +76,16 @@ class _Lengths:
         "Squeeze"})
     _MAX_DEPTH = 64
 
-    def __init__(self, g: GraphProto, inferred: dict[str, tuple[str | None, Shape]]) -> None:
+    def __init__(self, g: GraphProto, inferred: dict[str, tuple[str | None, Shape]],
+                 declared: set[str], varying_ranks: set[str]) -> None:
         self.inferred = inferred
+        self.declared = declared  # names whose "inferred" shape is the file's declaration
         self.constant = {t.name for t in g.initializer}
         self.constant.update(n.output[0] for n in g.node if n.op_type == "Constant"
                              and n.domain in STANDARD_DOMAINS and n.output)
         self.inputs = {vi.name: vi for vi in g.input}
         self.producer = {o: n for n in g.node for o in n.output if o}
-        self.varying_ranks: set[str] = set()
+        self.varying_ranks = varying_ranks  # (filled by the walk as it goes)
         self._known: dict[str, bool] = {}
 
     def may_vary(self, name: str, depth: int = 0) -> bool:
@@ -85,7 +98,7 @@ class _Lengths:
     def _may_vary(self, name: str, depth: int) -> bool:
         if not name or name in self.constant:
             return False
-        shape = self.inferred.get(name, (None, None))[1]
+        shape = None if name in self.declared else self.inferred.get(name, _UNKNOWN)[1]
         if shape is not None and all(isinstance(d, int) for d in shape):
             return False
         if name in self.varying_ranks or depth > self._MAX_DEPTH:
@@ -107,6 +120,13 @@ class _Lengths:
                 x and x not in self.constant for x in inputs[1:])
         if op == "Gather":  # as many as its indices
             return len(inputs) < 2 or self.may_vary(inputs[1], depth + 1)
+        if op == "Reshape":  # to a constant target: as long as the target says, or as the data
+            return len(inputs) < 2 or inputs[1] not in self.constant or self.may_vary(
+                inputs[0], depth + 1)
+        if op == "ConstantOfShape":  # of Shape(v): shaped as v is
+            source = self.producer.get(inputs[0]) if inputs else None
+            return (source is None or source.op_type != "Shape" or len(source.input) != 1
+                    or self.may_vary(source.input[0], depth + 1))
         if op in self._ELEMENTWISE:
             return any(self.may_vary(x, depth + 1) for x in inputs)
         return True
@@ -127,8 +147,3 @@ def _keepdims(node) -> int:
         if a.name == "keepdims":
             return a.i
     return 1
-
-
-def _rank_of(inferred: dict[str, tuple[str | None, Shape]], name: str) -> int | None:
-    shape = inferred.get(name, (None, None))[1]
-    return None if shape is None else len(shape)
