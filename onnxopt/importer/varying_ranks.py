@@ -31,8 +31,9 @@ _UNKNOWN = (None, None)
 
 def ranks_that_vary(g: GraphProto, inferred: dict[str, tuple[str | None, Shape]]) -> set[str]:
     """The names in ``g`` (not its subgraphs) whose rank may differ from one run to the next,
-    by ``inferred`` (onnx's inference: dtype and shape by name). One walk of the nodes; the
-    table of producers it may need is built only when a node could start such a value."""
+    by ``inferred`` (onnx's inference: dtype and shape by name). One walk of the nodes where
+    none is found (the table of producers is built only when a node could start one); where
+    some are, walks until no more are, as a file need not list its nodes in order."""
     # What inference hands back for the graph's outputs is the file's own declaration.
     outputs = {o.name for o in g.output}
     varying: set[str] = set()
@@ -41,21 +42,28 @@ def ranks_that_vary(g: GraphProto, inferred: dict[str, tuple[str | None, Shape]]
     def rank_unknown(name: str) -> bool:
         return name in outputs or inferred.get(name, _UNKNOWN)[1] is None
 
-    for node in g.node:
-        if varying and any(name in varying for name in node.input):
-            varying.update(o for o in node.output if o and rank_unknown(o))
-            continue
-        if node.op_type not in _CANDIDATES:
-            continue
-        i = _length_input(node)
-        if i is None or i >= len(node.input) or not node.input[i]:
-            continue
-        if not node.output or not node.output[0] or not rank_unknown(node.output[0]):
-            continue
-        if lengths is None:
-            lengths = _Lengths(g, inferred, outputs, varying)
-        if lengths.may_vary(node.input[i]):
-            varying.add(node.output[0])
+    found = -1
+    while len(varying) > found:
+        found = len(varying)
+        if lengths is not None:
+            lengths.forget()  # what was said before a rank was found to vary may not hold
+        for node in g.node:
+            if varying and any(name in varying for name in node.input):
+                varying.update(o for o in node.output if o and rank_unknown(o))
+                continue
+            if node.op_type not in _CANDIDATES:
+                continue
+            i = _length_input(node)
+            if i is None or i >= len(node.input) or not node.input[i]:
+                continue
+            if not node.output or not node.output[0] or not rank_unknown(node.output[0]):
+                continue
+            if lengths is None:
+                lengths = _Lengths(g, inferred, outputs, varying)
+            if lengths.may_vary(node.input[i]):
+                varying.add(node.output[0])
+        if not varying:
+            break
     return varying
 
 
@@ -87,6 +95,9 @@ class _Lengths:
         self.producer = {o: n for n in g.node for o in n.output if o}
         self.varying_ranks = varying_ranks  # (filled by the walk as it goes)
         self._known: dict[str, bool] = {}
+
+    def forget(self) -> None:
+        self._known.clear()
 
     def may_vary(self, name: str, depth: int = 0) -> bool:
         if name in self._known:

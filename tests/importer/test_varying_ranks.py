@@ -122,3 +122,15 @@ def test_no_shipped_export_is_doubted_even_without_inference(models_dir):
     for path in sorted(models_dir.glob("*.onnx")):
         graph = onnx.load(str(path), load_external_data=False).graph
         assert ranks_that_vary(graph, {}) == set(), path.name
+
+
+def test_a_file_listing_its_nodes_out_of_order_is_doubted_the_same():
+    """ONNX Runtime runs a graph whose nodes are not listed in order (so does onnxopt): the
+    doubt must reach every value computed from the varying one all the same."""
+    graph = _model(axes_from_range=True).graph
+    nodes = list(graph.node)
+    del graph.node[:]
+    graph.node.extend(reversed(nodes))
+    inferred = {"arange": ("int64", (None,)), "shape": ("int64", (3,)),
+                "seq_len": ("int64", ())}
+    assert ranks_that_vary(graph, inferred) == {"u", "e", "y"}
