@@ -35,9 +35,10 @@ def write_pieces(fd: int, pieces: Iterable[bytes | memoryview]) -> None:
     size = 0
     for piece in pieces:
         source = _file_range(piece)
-        if source is None and len(piece) < _DIRECT_MIN_BYTES:
+        nbytes = memoryview(piece).nbytes
+        if source is None and nbytes < _DIRECT_MIN_BYTES:
             gathered.append(piece)
-            size += len(piece)
+            size += nbytes
             if size >= _DIRECT_MIN_BYTES:
                 _write_all(fd, b"".join(gathered))
                 gathered, size = [], 0
@@ -45,9 +46,9 @@ def write_pieces(fd: int, pieces: Iterable[bytes | memoryview]) -> None:
         if gathered:
             _write_all(fd, b"".join(gathered))
             gathered, size = [], 0
-        copied = _copy_range(source, fd, len(piece)) if source is not None else 0
-        if copied < len(piece):
-            _write_all(fd, memoryview(piece)[copied:])
+        copied = _copy_range(source, fd, nbytes) if source is not None else 0
+        if copied < nbytes:
+            _write_all(fd, memoryview(piece).cast("B")[copied:])
     if gathered:
         _write_all(fd, b"".join(gathered))
 
@@ -59,7 +60,7 @@ def _file_range(piece: bytes | memoryview) -> tuple[int, int] | None:
     mapping = piece.obj
     fd = getattr(mapping, "source_fd", None)
     base = getattr(mapping, "address", None)
-    if fd is None or base is None or not piece.contiguous:
+    if fd is None or base is None or not piece.contiguous or piece.itemsize != 1:
         return None
     offset = np.frombuffer(piece, dtype=np.uint8).ctypes.data - base
     if not 0 <= offset <= len(mapping) - len(piece):
@@ -86,7 +87,7 @@ def _copy_range(source: tuple[int, int], fd: int, length: int) -> int:
 
 
 def _write_all(fd: int, data: bytes | memoryview) -> None:
-    view = memoryview(data)
+    view = memoryview(data).cast("B")
     while view:
         n = os.write(fd, view)
         view = view[n:]

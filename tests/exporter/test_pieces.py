@@ -100,3 +100,11 @@ def test_plain_bytes_and_other_buffers_are_written_as_they_are(tmp_path):
     parts = [b"a" * 10, memoryview(b"b" * 100_000), bytearray(b"c" * 5)]
     assert _written(tmp_path, parts) == b"a" * 10 + b"b" * 100_000 + b"c" * 5
     assert pieces_module._file_range(memoryview(b"plain")) is None
+
+
+def test_a_view_of_wider_items_is_written_by_its_bytes(tmp_path):
+    import numpy as np
+
+    floats = np.arange(20_000, dtype=np.float32)
+    parts = [b"h", memoryview(floats), memoryview(floats[:3])]
+    assert _written(tmp_path, parts) == b"h" + floats.tobytes() + floats[:3].tobytes()
