@@ -33,8 +33,9 @@ def write_pieces(fd: int, pieces: Iterable[bytes | memoryview]) -> None:
     kernel's copies move that offset, which a buffered writer would not see)."""
     gathered: list[bytes | memoryview] = []
     size = 0
+    copies = True  # until the kernel refuses one: then it would refuse them all (EXDEV, ENOSYS)
     for piece in pieces:
-        source = _file_range(piece)
+        source = _file_range(piece) if copies else None
         nbytes = memoryview(piece).nbytes
         if source is None and nbytes < _DIRECT_MIN_BYTES:
             gathered.append(piece)
@@ -46,7 +47,8 @@ def write_pieces(fd: int, pieces: Iterable[bytes | memoryview]) -> None:
         if gathered:
             _write_all(fd, b"".join(gathered))
             gathered, size = [], 0
-        copied = _copy_range(source, fd, nbytes) if source is not None else 0
+        copied, refused = _copy_range(source, fd, nbytes) if source is not None else (0, False)
+        copies = copies and not refused
         if copied < nbytes:
             _write_all(fd, memoryview(piece).cast("B")[copied:])
     if gathered:
@@ -68,9 +70,9 @@ def _file_range(piece: bytes | memoryview) -> tuple[int, int] | None:
     return fd, offset
 
 
-def _copy_range(source: tuple[int, int], fd: int, length: int) -> int:
+def _copy_range(source: tuple[int, int], fd: int, length: int) -> tuple[int, bool]:
     """Bytes copied by the kernel from ``source`` to ``fd`` (fewer than ``length`` where it
-    stopped: the caller writes the rest itself)."""
+    stopped: the caller writes the rest itself), and whether it refused to copy."""
     src, offset = source
     done = 0
     while done < length:
@@ -78,12 +80,12 @@ def _copy_range(source: tuple[int, int], fd: int, length: int) -> int:
             n = os.copy_file_range(src, fd, length - done, offset + done)
         except OSError as e:
             if e.errno in _COPY_REFUSED:
-                return done
+                return done, True
             raise
         if n <= 0:
-            return done
+            return done, False
         done += n
-    return done
+    return done, False
 
 
 def _write_all(fd: int, data: bytes | memoryview) -> None:

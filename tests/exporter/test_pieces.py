@@ -64,11 +64,15 @@ def test_views_of_the_mapped_file_are_copied_by_the_kernel(tmp_path, monkeypatch
 def test_a_refused_copy_writes_the_same_bytes(tmp_path, monkeypatch, refusal):
     mapping = _mapped_file(tmp_path, os.urandom(250_000))
 
+    tries = []
+
     def refused(*args):
+        tries.append(args)
         raise OSError(refusal, os.strerror(refusal))
 
     monkeypatch.setattr(os, "copy_file_range", refused)
     assert _written(tmp_path, _parts(mapping)) == _expected(mapping)
+    assert len(tries) == 1  # refused once (another file system): not asked again
 
 
 def test_a_copy_cut_short_is_finished_from_the_view(tmp_path, monkeypatch):
