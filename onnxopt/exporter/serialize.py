@@ -16,11 +16,10 @@ from google.protobuf.message import Message
 from google.protobuf.unknown_fields import UnknownFieldSet
 from onnx import GraphProto, ModelProto, TensorProto
 
-from onnxopt.ir.wire import encode_varint, last_string
+from onnxopt.ir.wire import encode_varint, field_key, last_string
 
 # protobuf refuses to parse (and to write) a message of 2 GB or more.
 PROTOBUF_MAX_BYTES = (1 << 31) - 1
-_LENGTH_DELIMITED = 2
 
 
 def model_bytes(proto: ModelProto) -> bytes:
@@ -45,7 +44,7 @@ def model_parts(proto: ModelProto, encoded: dict[int, memoryview] | None = None,
     if (not proto.HasField("graph") or not len(graph.initializer)
             or len(UnknownFieldSet(proto)) or len(UnknownFieldSet(graph))):
         return [proto.SerializeToString()]  # nothing to splice, or fields only the encoder keeps
-    initializer_tag = _tag(GraphProto.INITIALIZER_FIELD_NUMBER)
+    initializer_tag = field_key(GraphProto.INITIALIZER_FIELD_NUMBER)
     parts = [_without(graph, "initializer").SerializeToString()]
     at = len(parts[0])  # offsets within the graph's payload, until the header is known
     where: dict[int, tuple[int, bytes | memoryview]] = {}
@@ -60,7 +59,7 @@ def model_parts(proto: ModelProto, encoded: dict[int, memoryview] | None = None,
         at += len(data)
     graph_size = at
     head = _without(proto, "graph").SerializeToString()
-    header = (head, _tag(ModelProto.GRAPH_FIELD_NUMBER), encode_varint(graph_size))
+    header = (head, field_key(ModelProto.GRAPH_FIELD_NUMBER), encode_varint(graph_size))
     header_size = sum(len(p) for p in header)
     if graph_size + header_size > PROTOBUF_MAX_BYTES:
         raise ValueError("the model is larger than protobuf's 2 GB limit")
@@ -91,7 +90,3 @@ def _names(encoding: memoryview, name: str) -> bool:
     except ValueError:
         return False
     return (found or b"") == name.encode("utf-8", "surrogatepass")
-
-
-def _tag(field_number: int) -> bytes:
-    return encode_varint(field_number << 3 | _LENGTH_DELIMITED)

@@ -538,8 +538,7 @@ def _inferred_graph(proto: ModelProto) -> tuple[bytes | None, tuple | None]:
     are declared dims of negative size (:func:`_forget_negative_dims`). With it come the
     schema facts the parent would otherwise build onnx's registry for
     (:mod:`onnxopt.ir.schema_facts`): inference has built it here."""
-    opset, op_types = onnx_opset(proto), _default_domain_ops(proto.graph)
-    _strip_for_inference(proto)
+    opset, op_types = onnx_opset(proto), _strip_for_inference(proto)
     try:
         inferred = onnx.shape_inference.infer_shapes(proto, strict_mode=False)
     except Exception:  # noqa: BLE001 - shape inference is a hint
@@ -551,23 +550,10 @@ def _inferred_graph(proto: ModelProto) -> tuple[bytes | None, tuple | None]:
     return (None if inferred is None else inferred.graph.SerializeToString()), facts
 
 
-def _default_domain_ops(g: GraphProto) -> set[str]:
-    """The op types of the default domain in ``g`` and its subgraphs."""
-    found: set[str] = set()
-    stack = [g]
-    while stack:
-        graph = stack.pop()
-        for node in graph.node:
-            if node.domain in STANDARD_DOMAINS:
-                found.add(node.op_type)
-            for a in node.attribute:
-                if a.HasField("g"):
-                    stack.append(a.g)
-                stack.extend(a.graphs)
-    return found
-
-
-def _strip_for_inference(proto: ModelProto) -> None:
+def _strip_for_inference(proto: ModelProto) -> set[str]:
+    """Drop what inference must not start from or need not read (see :func:`_inferred_graph`),
+    in every graph; return the op types of the default domain met on the way."""
+    op_types: set[str] = set()
     stack = [proto.graph]
     while stack:
         g = stack.pop()
@@ -579,12 +565,15 @@ def _strip_for_inference(proto: ModelProto) -> None:
                               "double_data", "uint64_data", "string_data"):
                     t.ClearField(field)
         for node in g.node:
-            if node.op_type == "Constant" and node.domain in STANDARD_DOMAINS:
-                _keep_constant_attributes(node)
+            if node.domain in STANDARD_DOMAINS:
+                op_types.add(node.op_type)
+                if node.op_type == "Constant":
+                    _keep_constant_attributes(node)
             for a in node.attribute:
                 if a.HasField("g"):
                     stack.append(a.g)
                 stack.extend(a.graphs)
+    return op_types
 
 
 def _forget_negative_dims(g: GraphProto) -> None:

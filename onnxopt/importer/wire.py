@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 from onnx import GraphProto, ModelProto, TensorProto
 
-from onnxopt.ir.wire import encode_varint, spans
+from onnxopt.ir.wire import encode_varint, field_key, spans
 
 # A raw data field shorter than this stays in the skeleton (shape inference reads the small
 # tensors' values: shape vectors, axes, scales; the importer's child drops larger ones too).
@@ -131,5 +131,5 @@ def large_raw_data(view: memoryview, start: int, end: int, min_bytes: int | None
     return found
 
 
-_KEY_GRAPH = encode_varint(ModelProto.GRAPH_FIELD_NUMBER << 3 | 2)
-_KEY_INITIALIZER = encode_varint(GraphProto.INITIALIZER_FIELD_NUMBER << 3 | 2)
+_KEY_GRAPH = field_key(ModelProto.GRAPH_FIELD_NUMBER)
+_KEY_INITIALIZER = field_key(GraphProto.INITIALIZER_FIELD_NUMBER)

@@ -60,6 +60,12 @@ def spans(view: memoryview, start: int = 0, end: int | None = None
         raise ValueError("a field runs past its message")
 
 
+def field_key(number: int, length_delimited: bool = True) -> bytes:
+    """The key that starts field ``number`` of a message: length-delimited (a message, bytes,
+    a string), or else a varint."""
+    return encode_varint(number << 3 | (_LENGTH_DELIMITED if length_delimited else _VARINT))
+
+
 def encode_varint(n: int) -> bytes:
     """``n`` as protobuf's varint (``n`` >= 0)."""
     out = bytearray()

@@ -23,12 +23,12 @@ from onnx import StringStringEntryProto, TensorProto
 
 from onnxopt.exporter.serialize import model_parts
 from onnxopt.importer.wire import STRIPPED_MIN_BYTES, large_raw_data
-from onnxopt.ir.wire import encode_varint
+from onnxopt.ir.wire import encode_varint, field_key
 
 LIGHT_SUFFIX = ".light"
-_EXTERNAL_DATA_KEY = encode_varint(TensorProto.EXTERNAL_DATA_FIELD_NUMBER << 3 | 2)
-_DATA_LOCATION_EXTERNAL = encode_varint(TensorProto.DATA_LOCATION_FIELD_NUMBER << 3) + \
-    encode_varint(TensorProto.EXTERNAL)
+_EXTERNAL_DATA_KEY = field_key(TensorProto.EXTERNAL_DATA_FIELD_NUMBER)
+_DATA_LOCATION_EXTERNAL = field_key(TensorProto.DATA_LOCATION_FIELD_NUMBER,
+                                    length_delimited=False) + encode_varint(TensorProto.EXTERNAL)
 
 
 def write_light_copy(staged: str, proto, layout: dict[int, tuple[int, bytes | memoryview]]

@@ -5,9 +5,9 @@ from __future__ import annotations
 import itertools
 
 import pytest
-from onnx import TensorProto, helper
+from onnx import GraphProto, ModelProto, TensorProto, helper
 
-from onnxopt.ir.wire import encode_varint, fields, last_string, spans
+from onnxopt.ir.wire import encode_varint, field_key, fields, last_string, spans
 
 
 def _tensor() -> TensorProto:
@@ -69,3 +69,17 @@ def test_spans_cover_the_message_field_after_field():
     assert bytes(data[name[1]:name[3]]) == b"\x42\x01w"  # key, length, payload
     kind = next(f for f in found if f[0] == TensorProto.DATA_TYPE_FIELD_NUMBER)
     assert kind[2] == -1 and bytes(data[kind[1]:kind[3]]) == b"\x10\x01"  # a varint: no payload
+
+
+def test_field_keys_are_protobufs_own():
+    """The keys the wire rewrites write (a graph, an initializer, external data, a data
+    location) are the ones protobuf writes for those fields."""
+    model = ModelProto(graph=GraphProto(name="g"))
+    assert model.SerializeToString().startswith(field_key(ModelProto.GRAPH_FIELD_NUMBER))
+    tensor = TensorProto(data_location=TensorProto.EXTERNAL)
+    assert tensor.SerializeToString() == field_key(
+        TensorProto.DATA_LOCATION_FIELD_NUMBER, length_delimited=False) + b"\x01"
+    tensor = TensorProto()
+    tensor.external_data.add(key="k", value="v")
+    assert tensor.SerializeToString().startswith(
+        field_key(TensorProto.EXTERNAL_DATA_FIELD_NUMBER))
