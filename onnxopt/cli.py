@@ -16,8 +16,7 @@ import traceback
 
 import click
 
-from onnxopt import __version__
-from onnxopt.commands import register
+from onnxopt import __version__, ort_helper
 from onnxopt.errors import OnnxoptError
 
 EXAMPLES = """
@@ -44,6 +43,10 @@ def cli() -> None:
 
 
 def _register_commands() -> None:
+    # Imported here, not at the top: the commands bring onnx, NumPy and the stages (about
+    # 0.25 s), and :func:`run` first starts the ORT helper so that its own load runs beside it.
+    from onnxopt.commands import register
+
     register(cli)
 
 
@@ -52,7 +55,31 @@ def run() -> None:
     of its own, which it tunes for one command (:func:`fewer_collections`) and ends without
     the interpreter's teardown (:func:`exit_without_teardown`)."""
     fewer_collections()
+    if _asks_ort(sys.argv[1:]):
+        _start_ort_helper()
     exit_without_teardown(_command(sys.argv[1:]))
+
+
+def _start_ort_helper() -> None:
+    """Fork the ORT helper (:mod:`onnxopt.ort_helper`) once NumPy and onnx are imported, and
+    before the stages are: it loads ONNX Runtime on the other core while this process imports
+    the stages, and the stages and the checks find it loaded. Forked before NumPy and onnx, it
+    imported them again beside this process; forked after the stages' imports, its load met
+    the import stage: either way the command was no faster (benchmarks/RESULTS.md)."""
+    import numpy  # noqa: F401 - imported before the fork, for both processes
+    import onnx  # noqa: F401 - the same
+
+    ort_helper.start()
+
+
+# The commands whose questions of ONNX Runtime the ORT helper answers: optimizing (facts, mask
+# probes, the load check), explaining (the same stages) and verifying (both models run).
+_HELPED_COMMANDS = frozenset({"optimize", "explain", "verify"})
+
+
+def _asks_ort(args: list[str]) -> bool:
+    """Whether ``args`` run a command the ORT helper serves (not help on it)."""
+    return bool(args) and args[0] in _HELPED_COMMANDS and not {"-h", "--help"} & set(args)
 
 
 def main(argv: list[str] | None = None) -> int:

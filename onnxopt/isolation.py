@@ -122,6 +122,11 @@ def _reap_later(pid: int) -> None:
         _unreaped.append(pid)
 
 
+def forget_children() -> None:
+    """In a process forked from another: the children left to reap are the other's."""
+    _unreaped.clear()
+
+
 def _reap(block: bool) -> None:
     """Wait for the children left by :func:`_reap_later` (``block``: until each is gone)."""
     for pid in list(_unreaped):

@@ -20,7 +20,7 @@ from typing import Any
 
 from onnx import ModelProto
 
-from onnxopt import fuse, normalize, select
+from onnxopt import fuse, normalize, ort_helper, select
 from onnxopt.errors import OnnxoptError
 from onnxopt.exporter.build import export_model_encoded
 from onnxopt.exporter.save import StagedFile, restore_left_out
@@ -31,7 +31,6 @@ from onnxopt.ir.node import STANDARD_DOMAINS
 from onnxopt.ir.tensor import LazyTensor
 from onnxopt.ir.verifier import verify_graph
 from onnxopt.options import OptimizeOptions
-from onnxopt.runtime.ort_module import load_now
 from onnxopt.select import SelectReport
 
 Progress = Callable[[str], None]
@@ -130,10 +129,12 @@ def run_pipeline(source: str | ModelProto, options: OptimizeOptions | None = Non
         report.stage_seconds[name] = report.stage_seconds.get(name, 0.0) + time.perf_counter() - start
         return result
 
-    # ONNX Runtime's module is loaded while onnx's inference runs (onnxopt.runtime.ort_module):
-    # the fuse stage's probes, the select stage and the safeguard's checks all use it.
+    # ONNX Runtime is loaded in a helper process of its own while the import runs
+    # (onnxopt.ort_helper): the fuse stage's probes and facts, and the safeguard's
+    # load check, are answered there; the parent does not load it.
+    ort_helper.start()
     with _collector_spared() as imported:
-        model = timed("import", lambda: import_model(source, meanwhile=load_now))
+        model = timed("import", lambda: import_model(source))
         imported()
         report.nodes_before = op_histogram(model)
         if options.debug:

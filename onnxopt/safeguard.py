@@ -25,17 +25,15 @@ import os
 import time
 from collections.abc import Callable
 
-import onnx
 from onnx import ModelProto
 
 from onnxopt import evaluation
 from onnxopt.exporter.save import StagedFile
 from onnxopt.holdback import minimal_hold, units_of
 from onnxopt.importer.load import read_model_proto, read_model_with_data, tensor_bytes
-from onnxopt.isolation import NativeCrash, isolated
 from onnxopt.options import OptimizeOptions
 from onnxopt.pipeline import OptimizeResult, Progress, StageFailure, run_pipeline
-from onnxopt.verification.loadable import LOAD_CHECK_CONFIG, Fitness, fitness, serialized_parts
+from onnxopt.verification.loadable import Fitness, file_fitness, fitness, serialized_parts
 
 Attempt = tuple["OptimizeResult | None", list[str]]
 
@@ -133,7 +131,7 @@ class _Guard:
             if proto is None:
                 proto = read_model_proto(self.source)
                 if any(t.data_location == 1 for t in proto.graph.initializer):
-                    self._baseline = _file_fitness(self.source)
+                    self._baseline = file_fitness(self.source)
                     return self._baseline
             self._baseline = fitness(proto)
         return self._baseline
@@ -174,26 +172,3 @@ def _checkable(staged: str) -> bool:
     unreadable to its owner. Otherwise the result is checked from its bytes: a path's trouble
     must not fail a good model."""
     return evaluation.native_path(staged) and os.access(staged, os.R_OK)
-
-
-def _file_fitness(path: str) -> Fitness:
-    """The checks on an input whose weights lie in external data (read by path), in a forked
-    child as every run of native code on the user's model is."""
-    try:
-        checker, loads = isolated(_file_checks, path)
-    except NativeCrash as e:
-        checker, loads = None, f"ONNX Runtime or the ONNX checker crashes on it ({e})"
-    return Fitness(checker=checker, loads=loads)
-
-
-def _file_checks(path: str) -> tuple[str | None, str | None]:
-    checker = loads = None
-    try:
-        onnx.checker.check_model(path)
-    except Exception as e:  # noqa: BLE001 - the checker's complaint is the answer
-        checker = str(e) or type(e).__name__
-    try:
-        evaluation.session(path, config=LOAD_CHECK_CONFIG)
-    except Exception as e:  # noqa: BLE001 - ORT's refusal is the answer
-        loads = str(e) or type(e).__name__
-    return checker, loads

@@ -127,3 +127,20 @@ def test_main_without_argv_still_raises_system_exit(tmp_path):
                    tmp_path=tmp_path)
     assert done.returncode == 0
     assert done.stdout == "caught 2 True\n"
+
+
+def test_the_ort_helper_is_started_early_for_the_commands_it_serves(tmp_path):
+    """``run`` forks the ORT helper before importing the stages for optimize, explain and
+    verify (not for help, nor for commands that never ask ORT through it)."""
+    from onnxopt.cli import _asks_ort
+
+    assert _asks_ort(["optimize", "m.onnx", "-o", "out.onnx"])
+    assert _asks_ort(["explain", "m.onnx"]) and _asks_ort(["verify", "a.onnx", "b.onnx"])
+    assert not _asks_ort(["optimize", "--help"]) and not _asks_ort(["verify", "-h"])
+    assert not _asks_ort(["kernels"]) and not _asks_ort(["ir", "m.onnx"]) and not _asks_ort([])
+    done = _python(
+        "import sys\nfrom onnxopt import ort_helper\nfrom onnxopt import cli\n"
+        "cli._command = lambda args: print(ort_helper._helper is not None"
+        " and 'onnxopt.pipeline' not in sys.modules) or 0\n"
+        "sys.argv = ['onnxopt', 'optimize', 'm.onnx']\ncli.run()\n", tmp_path=tmp_path)
+    assert done.returncode == 0 and done.stdout.strip() == "True", done.stderr

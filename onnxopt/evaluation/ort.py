@@ -52,11 +52,13 @@ def uses_onnxopt_kernels(proto: onnx.ModelProto) -> bool:
 def session(model: str | os.PathLike | bytes | onnx.ModelProto,
             providers: list[str] | None = None, *, threads: int | None = None,
             optimize: bool = True, config: dict[str, str] | None = None,
-            parsed: onnx.ModelProto | None = None, **options: Any):
+            parsed: onnx.ModelProto | None = None, kernels: bool | None = None,
+            **options: Any):
     """A quiet InferenceSession (``threads``: intra-op threads; ``optimize=False`` turns ORT's
     graph optimizations off; ``config``: session config entries; ``parsed``: the proto of a
-    model given as bytes, where the caller holds it, so it is not parsed again; other
-    keywords set SessionOptions attributes)."""
+    model given as bytes, where the caller holds it, so it is not parsed again; ``kernels``:
+    whether the model uses onnxopt's own kernels, where the caller knows it, so the model is
+    not parsed to find out; other keywords set SessionOptions attributes)."""
 
     opts = ort.SessionOptions()
     opts.log_severity_level = QUIET
@@ -69,16 +71,16 @@ def session(model: str | os.PathLike | bytes | onnx.ModelProto,
     for key, value in (config or {}).items():
         opts.add_session_config_entry(key, value)
     providers = providers or ["CPUExecutionProvider"]
+    is_path = isinstance(model, (str, os.PathLike))
+    odd_path = is_path and not native_path(os.fspath(model))
     proto = model if isinstance(model, onnx.ModelProto) else parsed
-    if proto is None and isinstance(model, (bytes, bytearray)):
-        proto = onnx.load_from_string(bytes(model))
-    elif proto is None:
-        proto = onnx.load(os.fspath(model), load_external_data=False)
-    if (isinstance(model, (str, os.PathLike)) and not native_path(os.fspath(model))
-            and not has_external_data(proto.graph)):
+    if proto is None and (kernels is None or odd_path or (kernels and not is_path)):
+        proto = (onnx.load(os.fspath(model), load_external_data=False) if is_path
+                 else onnx.load_from_string(bytes(model)))
+    if odd_path and not has_external_data(proto.graph):
         with open(model, "rb") as f:  # ORT takes the same model from its bytes
             model = f.read()
-    if uses_onnxopt_kernels(proto):
+    if uses_onnxopt_kernels(proto) if kernels is None else kernels:
 
         source = os.fspath(model) if isinstance(model, (str, os.PathLike)) else proto
         return bridge_session(source, providers=providers, sess_options=opts)

@@ -15,7 +15,6 @@ import functools
 import gc
 import os
 import re
-from collections.abc import Callable
 
 import numpy as np
 import onnx
@@ -49,11 +48,8 @@ from onnxopt.ir.value import Shape, Value
 from onnxopt.isolation import Child, Done, NativeCrash, started
 
 
-def import_model(source: str | ModelProto, *, infer_shapes: bool = True,
-                 meanwhile: Callable[[], None] | None = None) -> Model:
-    """Read a path or ModelProto into the IR (external data referenced, not loaded).
-    ``meanwhile``: work of the caller's to do while onnx's shape inference runs in its child,
-    right before the importer would wait for it (nothing is done without that child)."""
+def import_model(source: str | ModelProto, *, infer_shapes: bool = True) -> Model:
+    """Read a path or ModelProto into the IR (external data referenced, not loaded)."""
     mapped = None  # the file, where read from one
     if isinstance(source, ModelProto):
         proto, label, base_dir = source, "<model>", None
@@ -73,7 +69,7 @@ def import_model(source: str | ModelProto, *, infer_shapes: bool = True,
     if mapped is not None:
         importer.encodings, importer.left_out = mapped.encodings, mapped.raw
     with _gc_paused():
-        return importer.run(proto, infer_shapes, text_checked, meanwhile)
+        return importer.run(proto, infer_shapes, text_checked)
 
 
 @contextlib.contextmanager
@@ -131,8 +127,7 @@ class _Importer:
         self.left_out: dict[int, memoryview] = {}
         self._left_out_of: dict[int, memoryview] = {}  # the same, by id of the message
 
-    def run(self, proto: ModelProto, infer_shapes: bool, text_checked: bool = True,
-            meanwhile: Callable[[], None] | None = None) -> Model:
+    def run(self, proto: ModelProto, infer_shapes: bool, text_checked: bool = True) -> Model:
         self.opset = onnx_opset(proto)
         hint = started(_inferred_graph, proto) if infer_shapes else None
         try:
@@ -149,8 +144,6 @@ class _Importer:
             source_tensor_bytes = tensor_bytes(proto, raw_lengths=self.raw_lengths,
                                               left_out=self.left_out)
             if hint is not None:
-                if meanwhile is not None:
-                    meanwhile()
                 waited, hint = hint, None
                 self._collect_inferred_shapes(waited)
         finally:

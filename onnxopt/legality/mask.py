@@ -18,13 +18,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from onnxopt import evaluation
+from onnxopt import evaluation, ort_helper
 from onnxopt.ir.dtypes import numpy_dtype
 from onnxopt.ir.model import Model
 from onnxopt.ir.node import OPAQUE_OP
 from onnxopt.ir.symdim import evaluate
 from onnxopt.ir.value import Value
-from onnxopt.isolation import NativeCrash, isolated
+from onnxopt.isolation import NativeCrash
 
 MASKED = -1e4  # an additive value at or below this masks a key (exp underflows to 0)
 HOLDS_BIAS = "the mask holds values between 0 and the masking range"
@@ -75,7 +75,9 @@ def classify_mask(model: Model, mask: Value, batch_dim, key_dim, query_dim) -> M
     if proto is None:
         return MaskInfo(looks_causal=looks_causal, reason="the mask's subgraph cannot be cut out")
     try:
-        verdict = isolated(_probe, proto, inputs, shape_leaves, candidates)
+        verdict = ort_helper.call(_probe, proto, [_Fed.of(v) for v in inputs],
+                                  [_ShapeFed.of_leaf(v) for v in shape_leaves],
+                                  [_Fed.of(v) for v in candidates])
     except NativeCrash as e:
         verdict = f"ONNX Runtime {e}"
     if verdict == HOLDS_BIAS:
@@ -93,11 +95,40 @@ def classify_mask(model: Model, mask: Value, batch_dim, key_dim, query_dim) -> M
                     looks_causal=looks_causal, reason=info_reason)
 
 
-def _probe(proto, inputs: list[Value], shape_leaves: list[Value], candidates: list[Value]):
+@dataclass(frozen=True)
+class _Fed:
+    """A model input the probe feeds, as plain data: the probe runs in the ORT helper's
+    child (:mod:`onnxopt.ort_helper`), which has none of the IR."""
+
+    name: str
+    dtype: str | None
+    shape: tuple | None
+
+    @classmethod
+    def of(cls, v: Value) -> _Fed:
+        return cls(v.name, v.dtype, None if v.shape is None else tuple(v.shape))
+
+
+@dataclass(frozen=True)
+class _ShapeFed:
+    """A ``Shape(of)[start:end]`` the probe feeds: ``of``'s dims at the probe sizes."""
+
+    name: str
+    of: _Fed
+    start: int
+    end: int | None
+
+    @classmethod
+    def of_leaf(cls, v: Value) -> _ShapeFed:
+        node = v.producer
+        return cls(v.name, _Fed.of(node.inputs[0]), node.attr("start", 0), node.attr("end"))
+
+
+def _probe(proto, inputs: list[_Fed], shape_leaves: list[_ShapeFed], candidates: list[_Fed]):
     """The mask's votes at every probe size: (causal votes, padding votes by candidate name),
     or why it could not be evaluated. Runs ONNX Runtime on a piece of the user's model, so it
-    runs in a forked child (:func:`onnxopt.isolation.isolated`): a malformed piece may crash
-    ORT's native code, and that must not take onnxopt with it."""
+    runs in a forked child of the ORT helper (:func:`onnxopt.ort_helper.call`): a
+    malformed piece may crash ORT's native code, and that must not take onnxopt with it."""
     try:
         sess = evaluation.session(proto)
     except Exception as e:  # noqa: BLE001
@@ -176,13 +207,13 @@ def _is_causal(masked: np.ndarray):
     return bool(np.all(masked == causal))
 
 
-def _evaluate(sess, inputs: list[Value], shape_leaves: list[Value], batch: int, seq: int):
+def _evaluate(sess, inputs: list[_Fed], shape_leaves: list[_ShapeFed], batch: int, seq: int):
     """(symbol sizes, feeds, mask) at the first consistent size assignment, or ORT's error.
 
     One size for every length first; a mask over a key/value cache covers ``past + seq``
     keys and evaluates only when the sizes agree, so mixes are tried next
     (:func:`onnxopt.evaluation.first_consistent`)."""
-    base = _symbols(inputs + [v.producer.inputs[0] for v in shape_leaves], batch, seq)
+    base = _symbols(inputs + [v.of for v in shape_leaves], batch, seq)
     lengths = sorted(k for k, size in base.items() if size == seq and "(" not in k)
 
     def attempt(overrides):
@@ -195,7 +226,7 @@ def _evaluate(sess, inputs: list[Value], shape_leaves: list[Value], batch: int, 
     return result if result is not None else evaluation.first_line(error)
 
 
-def _symbols(inputs: list[Value], batch: int, seq: int) -> dict:
+def _symbols(inputs: list[_Fed], batch: int, seq: int) -> dict:
     """Probe sizes per symbol: the leading axis of a tensor of rank 2 or more is the batch, any
     other symbol the sequence. A 1-D tensor's one axis is a length (``arange(seq)``, read for
     its shape once shared values let the mask read it), and such tensors come last, so that
@@ -213,15 +244,13 @@ def _shape_known(v: Value) -> bool:
     return src is not None and src.shape is not None and all(d is not None for d in src.shape)
 
 
-def _shape_feed(v: Value, symbols: dict) -> np.ndarray:
+def _shape_feed(v: _ShapeFed, symbols: dict) -> np.ndarray:
     """The value ``Shape(x)`` takes at the probe sizes, from ``x``'s symbolic shape."""
-    node = v.producer
-    dims = [evaluate(d, symbols, default=3) for d in node.inputs[0].shape]
-    dims = dims[slice(node.attr("start", 0), node.attr("end"))]
-    return np.array(dims, dtype=np.int64)
+    dims = [evaluate(d, symbols, default=3) for d in v.of.shape]
+    return np.array(dims[slice(v.start, v.end)], dtype=np.int64)
 
 
-def _feed(v: Value, symbols: dict, pad: bool) -> np.ndarray:
+def _feed(v: _Fed, symbols: dict, pad: bool) -> np.ndarray:
     shape = tuple(evaluate(d, symbols) for d in v.shape)
     if pad:
         return evaluation.padding_mask(shape).astype(numpy_dtype(v.dtype))

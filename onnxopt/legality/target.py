@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from onnxopt import ort_helper
 from onnxopt.runtime.cuda import probe
 
 
@@ -39,12 +40,12 @@ def cuda_device() -> tuple[int, int] | None:
 
 
 def installed_ort_version() -> tuple[int, int]:
+    """(major, minor) of the installed ONNX Runtime, as the ORT helper found it (the parent
+    does not load ORT for it: :mod:`onnxopt.ort_helper`)."""
     try:
-        import onnxruntime as ort
-
-        major, minor = ort.__version__.split(".")[:2]
+        major, minor = (ort_helper.facts().version or "").split(".")[:2]
         return (int(major), int(minor))
-    except Exception:  # noqa: BLE001 - no ORT: assume the version we were built against
+    except ValueError:  # no ORT, or a version it does not spell: the one we were built against
         return (1, 31)
 
 

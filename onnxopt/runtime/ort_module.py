@@ -3,10 +3,8 @@
 Loading it takes 35-40 ms, about 2 % of optimizing a 24-layer GPT-2 from the command line,
 and every command would pay it before reading its arguments. Here it is bound lazily
 (:class:`importlib.util.LazyLoader`): ``ort`` is the module, whose code runs on the first
-attribute read. :func:`load_now` runs it at a moment the caller chooses: the importer calls
-it while onnx's shape inference runs in its child, time the parent would spend waiting.
-Children forked after that inherit the loaded module; forked before, they load it themselves
-where they use it.
+attribute read. ``optimize`` never reads it in its own process: the ORT helper loads ORT
+and answers the stages' questions (:mod:`onnxopt.ort_helper`).
 """
 
 from __future__ import annotations
@@ -31,7 +29,3 @@ def _lazily(name: str) -> ModuleType:
 
 ort = _lazily("onnxruntime")
 
-
-def load_now() -> None:
-    """Run ONNX Runtime's module code now, if it has not run yet."""
-    ort.__version__  # noqa: B018 - the attribute read is what loads it

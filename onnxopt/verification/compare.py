@@ -18,10 +18,10 @@ from dataclasses import dataclass, field
 import numpy as np
 from onnx import ModelProto
 
-from onnxopt import evaluation
+from onnxopt import evaluation, ort_helper
 from onnxopt.errors import ModelError, UnverifiedError, UsageError
 from onnxopt.importer.load import read_model_proto
-from onnxopt.isolation import NativeCrash, isolated
+from onnxopt.isolation import NativeCrash
 from onnxopt.verification.inputs import (
     LONG_SEQUENCE,
     LONGER_SIZES,
@@ -147,14 +147,20 @@ def verify_models(original: str | ModelProto, optimized: str | ModelProto, *, ru
 
 def verify_isolated(original: str | ModelProto, optimized: str | ModelProto,
                     **options) -> VerifyReport:
-    """:func:`verify_models` in a forked child (what the commands run): both models run in
-    ONNX Runtime, and a model that crashes its native code must end in one line, not take
-    onnxopt down."""
+    """:func:`verify_models` in a child forked from the ORT helper (what the commands run,
+    :mod:`onnxopt.ort_helper`): both models run in ONNX Runtime, and a model that crashes its
+    native code must end in one line, not take onnxopt down."""
     try:
-        return isolated(lambda: verify_models(original, optimized, **options))
+        return ort_helper.call(_verify_models, original, optimized, options)
     except NativeCrash as e:
         raise UnverifiedError(f"could not verify: ONNX Runtime crashed running the models "
                               f"({str(e).split('(', 1)[-1].rstrip(')')})") from None
+
+
+def _verify_models(original: str | ModelProto, optimized: str | ModelProto,
+                   options: dict) -> VerifyReport:
+    """:func:`verify_models` as the ORT helper calls it (positional arguments only)."""
+    return verify_models(original, optimized, **options)
 
 
 def split_shapes(shapes: dict[str, tuple[int, ...]], proto: ModelProto

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import onnx
 from onnx import ModelProto
 
-from onnxopt import evaluation
+from onnxopt import evaluation, ort_helper
 from onnxopt.exporter.save import inline_external
 from onnxopt.exporter.serialize import model_parts
 from onnxopt.importer.load import tensor_bytes
@@ -125,14 +125,15 @@ def serialized_parts(proto: ModelProto, external: dict[str, LazyTensor] | None =
 def native_checks(proto: ModelProto, source: bytes | str) -> dict[str, str | None]:
     """The ONNX checker and ONNX Runtime's load of ``source`` (``proto``'s bytes, or the path
     of a file holding them) — C++ that a malformed model can crash, so each runs in a forked
-    child (:mod:`onnxopt.isolation`), the two side by side (the load takes the longer; the
-    checker's time hides under it). From a file, ORT copies the weights once less than from
-    bytes: on the 24-layer GPT-2 and LLaMA the checks with the staged write before them took
+    child (:mod:`onnxopt.isolation`; the load's forked from the ORT helper), the two side by
+    side (the load takes the longer; the checker's time hides under it). From a file, ORT
+    copies the weights once less than from bytes: on the 24-layer GPT-2 and LLaMA the checks with the staged write before them took
     0.45 and 0.43 s against 0.60 and 0.57 s for bytes with the write beside them (medians of
     9 in one process, benchmarks/RESULTS.md)."""
     found = {}
-    # The load, the longer, is forked first: the checker's fork is then not before it.
-    loads = started(_load_problem, proto, source)
+    # The load, the longer, is asked of the ORT helper first (where ORT is loaded already:
+    # :mod:`onnxopt.ort_helper`); the checker's child is forked here meanwhile.
+    loads = ort_helper.submit(_load_problem, source, evaluation.uses_onnxopt_kernels(proto))
     children = (("checker", started(_checker_problem, source), "the ONNX checker"),
                 ("loads", loads, "ONNX Runtime"))
     for name, child, what in children:
@@ -151,11 +152,11 @@ def _checker_problem(source: bytes | str) -> str | None:
     return None
 
 
-def _load_problem(proto: ModelProto, source: bytes | str) -> str | None:
+def _load_problem(source: bytes | str, kernels: bool) -> str | None:
     try:
         # Default graph optimizations, as a user's session has: ORT's load-time fusions
         # are part of loading (prepacking is not: LOAD_CHECK_CONFIG).
-        evaluation.session(source, parsed=proto, config=LOAD_CHECK_CONFIG)
+        evaluation.session(source, config=LOAD_CHECK_CONFIG, kernels=kernels)
     except Exception as e:  # noqa: BLE001 - any refusal of ORT's is the answer
         return f"ONNX Runtime cannot load it: {_first_line(e, source)}"
     return None
@@ -169,3 +170,26 @@ def _first_line(e: Exception, source: bytes | str) -> str:
         for name in (source, source.removesuffix(LIGHT_SUFFIX)):
             text = text.replace(name, "the result")
     return text[:240] if text else type(e).__name__
+
+
+def file_fitness(path: str) -> Fitness:
+    """The checks on an input whose weights lie in external data (read by path), in a child
+    forked from the ORT helper, as every run of native code on the user's model is."""
+    try:
+        checker, loads = ort_helper.call(_file_checks, path)
+    except NativeCrash as e:
+        checker, loads = None, f"ONNX Runtime or the ONNX checker crashes on it ({e})"
+    return Fitness(checker=checker, loads=loads)
+
+
+def _file_checks(path: str) -> tuple[str | None, str | None]:
+    checker = loads = None
+    try:
+        onnx.checker.check_model(path)
+    except Exception as e:  # noqa: BLE001 - the checker's complaint is the answer
+        checker = str(e) or type(e).__name__
+    try:
+        evaluation.session(path, config=LOAD_CHECK_CONFIG)
+    except Exception as e:  # noqa: BLE001 - ORT's refusal is the answer
+        loads = str(e) or type(e).__name__
+    return checker, loads

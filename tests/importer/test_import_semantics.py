@@ -195,28 +195,3 @@ def test_out_of_order_nodes_are_sorted(make_model):
     m = import_model(proto)
     assert [n.op_type for n in m.graph] == ["Relu", "Neg"]
     verify_graph(m.graph)
-
-
-def test_meanwhile_runs_once_while_inference_runs_in_its_child(monkeypatch):
-    """The caller's ``meanwhile`` work is done before the importer waits for onnx's inference
-    (its child still unwaited), once; without that child it is not done at all."""
-    from pathlib import Path
-
-    from onnxopt.importer import build
-    from onnxopt.isolation import Child
-
-    model = str(Path(__file__).resolve().parents[2] / "models" / "gpt2.ts.onnx")
-    collected, calls = [], []
-    original = Child.result
-
-    def result(self, *args, **kwargs):
-        collected.append(len(calls))
-        return original(self, *args, **kwargs)
-
-    monkeypatch.setattr(Child, "result", result)
-    imported = build.import_model(model, meanwhile=lambda: calls.append(len(collected)))
-    assert calls == [0] and collected == [1]
-    assert any(v.shape for n in imported.graph for v in n.outputs)
-    calls.clear()
-    build.import_model(model, infer_shapes=False, meanwhile=lambda: calls.append(1))
-    assert calls == []

@@ -1,5 +1,6 @@
 """ONNX Runtime's module is loaded when first used (onnxopt.runtime.ort_module): not when the
-command line starts, and during import, while onnx's inference runs in its child."""
+command line starts, and not by a run of the pipeline, whose questions of ORT the ORT helper
+answers (onnxopt.ort_helper); a session made in the process loads it there."""
 
 from __future__ import annotations
 
@@ -28,18 +29,17 @@ def test_the_command_line_starts_without_loading_it():
                              "onnxopt.safeguard, onnxopt.evaluation, onnxopt.select")
 
 
-def test_import_stage_loads_it_and_sessions_work():
-    assert _loaded_after("from onnxopt.pipeline import run_pipeline\n"
-                         "from onnxopt.options import OptimizeOptions\n"
-                         f"run_pipeline({str(MODEL)!r}, OptimizeOptions(target='cpu'))")
+def test_a_run_leaves_it_to_the_helper_and_sessions_here_load_it():
+    assert not _loaded_after("from onnxopt.pipeline import run_pipeline\n"
+                             "from onnxopt.options import OptimizeOptions\n"
+                             f"run_pipeline({str(MODEL)!r}, OptimizeOptions(target='cpu'))")
     assert _loaded_after(f"from onnxopt.evaluation import session\nsession({str(MODEL)!r})")
 
 
-def test_load_now_loads_the_real_module():
-    from onnxopt.runtime.ort_module import load_now, ort
-
-    load_now()
+def test_the_lazy_module_is_the_real_module():
     import onnxruntime
+
+    from onnxopt.runtime.ort_module import ort
 
     assert onnxruntime.InferenceSession is ort.InferenceSession
     assert ort.__version__ == onnxruntime.__version__

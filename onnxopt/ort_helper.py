@@ -1,0 +1,257 @@
+"""ONNX Runtime in a process of its own, loaded while the parent imports the model.
+
+Loading ORT's module takes 25-40 ms of CPU, and probing the IR versions it reads two small
+sessions more. During the stages the parent needs ORT for little: its version, the highest
+IR version it loads, and the mask probes; after them, the load check. On a model of a few
+hundred nodes those fixed costs were a third of the stages (benchmarks/RESULTS.md). Here a
+helper, forked when a run starts, loads ORT at once on the other core while the parent reads
+the file, and answers those calls; the parent itself never loads ORT on that path.
+
+Every call that hands ORT a piece of the user's model still runs in a forked child of the
+helper (:func:`onnxopt.isolation.isolated`): a crash in ORT's native code takes neither
+onnxopt nor the helper with it, and comes back as :class:`~onnxopt.isolation.NativeCrash`
+saying how the child died. A child forked from the helper is small (ORT, onnx and NumPy,
+not the parent's IR), so its fork is cheap too.
+
+The helper was forked before the model was read: nothing of the parent's later state is
+there. A call is a function importable by name and picklable arguments. Where there is no
+``fork``, in a process other than the one that started the helper (a forked child of
+onnxopt's), or once the helper is gone, a call runs as :func:`onnxopt.isolation.started`
+runs it, in a child forked from the caller.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import pickle
+import socket
+import struct
+import threading
+from collections import deque
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from onnxopt import isolation
+from onnxopt.isolation import Child, Done, isolated, started
+from onnxopt.ort_facts import RuntimeFacts, find_facts
+
+T = TypeVar("T")
+
+_LENGTH = struct.Struct("<Q")
+_HERE, _ISOLATED = "here", "isolated"  # how the helper runs a call: itself, or in a child
+# The modules whose functions a run hands the helper (the mask probe, the load checks).
+_CALLED_FROM = ("onnxopt.legality.mask", "onnxopt.verification.loadable")
+
+
+def start() -> None:
+    """Fork the helper now, unless it runs already (or there is no ``fork``): ORT then loads
+    while the caller goes on. Calls start it themselves where nothing did."""
+    with _lock:
+        _running()
+
+
+def call(fn: Callable[..., T], *args: Any) -> T:
+    """``fn(*args)`` in a child forked from the helper (where ORT is loaded): its result, or
+    the exception it raised; :class:`~onnxopt.isolation.NativeCrash` where the child died."""
+    return submit(fn, *args).result()
+
+
+def submit(fn: Callable[..., Any], *args: Any) -> Reply | Child | Done:
+    """:func:`call` begun, not waited for: ``.result()`` waits. The caller may start other
+    work (a child of its own) before it asks."""
+    with _lock:
+        helper = _running()
+        request = None if helper is None else _request(_ISOLATED, fn, args)
+        if request is None:  # no helper, or arguments that do not pickle: a child of ours
+            return started(fn, *args)
+        return helper.send(request, fn, args)
+
+
+def facts() -> RuntimeFacts:
+    """ORT's version and the highest IR version it loads, asked of the helper once (it found
+    them right after loading ORT); found here where there is no helper."""
+    global _facts
+    if _facts is None:
+        with _lock:
+            helper = _running()
+            request = None if helper is None else _request(_HERE, find_facts, ())
+            reply = None if request is None else helper.send(request, find_facts, ())
+        _facts = find_facts() if reply is None else reply.result()
+    return _facts
+
+
+class Reply:
+    """The helper's answer to one call, read when asked for (answers come back in order)."""
+
+    __slots__ = ("_args", "_done", "_fn", "_helper", "_value")
+
+    def __init__(self, helper: _Helper, fn: Callable[..., Any], args: tuple) -> None:
+        self._helper, self._fn, self._args = helper, fn, args
+        self._done = False
+        self._value: tuple[bool, Any] = (False, None)
+
+    def result(self) -> Any:
+        with _lock:
+            while not self._done:
+                if not self._helper.receive_next():
+                    # The helper itself is gone (killed from outside): the call runs here.
+                    return isolated(self._fn, *self._args)
+        ok, value = self._value
+        if ok:
+            return value
+        raise value
+
+    def _answer(self, payload: tuple[bool, Any]) -> None:
+        self._value, self._done = payload, True
+
+
+class _Helper:
+    """The parent's end: the helper's pid, the socket, the calls not yet answered."""
+
+    def __init__(self, pid: int, sock: socket.socket) -> None:
+        self.pid, self.sock = pid, sock
+        self.waiting: deque[Reply] = deque()
+        self.alive = True
+
+    def send(self, request: bytes, fn: Callable[..., Any], args: tuple) -> Reply:
+        """Send one call (``request``: it pickled). The answers before it are read first: the
+        helper answers one call at a time, and a long request must not meet an answer the
+        parent is not reading."""
+        while self.waiting and self.receive_next():
+            pass
+        reply = Reply(self, fn, args)
+        if self.alive:
+            try:
+                _send_frame(self.sock, request)
+                self.waiting.append(reply)
+                return reply
+            except OSError:
+                self.close()
+        return reply  # answered by its own result(): the helper is gone
+
+    def receive_next(self) -> bool:
+        """Read the next answer into the call that waits for it; False where the helper is
+        gone (every waiting call then runs in the caller's own child)."""
+        if not self.waiting:
+            return False
+        try:
+            data = _receive_frame(self.sock)
+        except OSError:
+            data = None
+        if data is None:
+            self.close()
+            return False
+        try:
+            payload = pickle.loads(data)
+        except Exception as e:  # noqa: BLE001 - an answer this process cannot rebuild
+            payload = (False, RuntimeError(f"the ORT helper's answer cannot be read ({e})"))
+        self.waiting.popleft()._answer(payload)
+        return True
+
+    def close(self) -> None:
+        if not self.alive:
+            return
+        self.alive = False
+        self.sock.close()
+        try:
+            os.waitpid(self.pid, 0)
+        except ChildProcessError:
+            pass  # reaped by a caller's own wait for any child
+
+
+_lock = threading.RLock()
+_helper: _Helper | None = None
+_owner = -1  # the process that forked it: only that one talks to it
+_facts: RuntimeFacts | None = None
+
+
+def _request(kind: str, fn: Callable[..., Any], args: tuple) -> bytes | None:
+    """The call pickled for the helper, or ``None`` where it does not pickle (a function not
+    importable by name, an argument of the caller's own making)."""
+    try:
+        return pickle.dumps((kind, fn, args), pickle.HIGHEST_PROTOCOL)
+    except Exception:  # noqa: BLE001 - any failure to pickle: the caller's own child runs it
+        return None
+
+
+def _running() -> _Helper | None:
+    """The helper (forked now if there is none), or ``None`` where it cannot serve here."""
+    global _helper, _owner
+    if not hasattr(os, "fork") or not hasattr(socket, "socketpair"):
+        return None
+    if _helper is not None and _owner == os.getpid():
+        return _helper if _helper.alive else None
+    if _owner != -1 and _owner != os.getpid():
+        return None  # a forked child of the owner: the socket is the owner's
+    parent_end, helper_end = socket.socketpair()
+    pid = os.fork()
+    if pid == 0:
+        parent_end.close()
+        _serve(helper_end)  # never returns
+    helper_end.close()
+    _helper, _owner = _Helper(pid, parent_end), os.getpid()
+    return _helper
+
+
+def _serve(sock: socket.socket) -> None:
+    """The helper's life: load ORT, find its facts, then answer calls until the parent's end
+    closes (the parent exited, or was killed)."""
+    try:
+        _close_inherited(sock.fileno())
+        isolation.forget_children()  # the parent's children are not the helper's to reap
+        _prepare()
+        while (data := _receive_frame(sock)) is not None:
+            try:
+                kind, fn, args = pickle.loads(data)
+                value = fn(*args) if kind == _HERE else isolated(fn, *args)
+                payload = (True, value)
+            except Exception as e:  # noqa: BLE001 - every failure goes back to the parent
+                payload = (False, e)
+            try:
+                out = pickle.dumps(payload, pickle.HIGHEST_PROTOCOL)
+            except Exception as e:  # noqa: BLE001 - an unpicklable answer, told in words
+                out = pickle.dumps((False, RuntimeError(f"{type(e).__name__}: {e}")))
+            _send_frame(sock, out)
+    finally:
+        # Whatever ended it (the parent's end closed, Ctrl-C to the process group), the parent
+        # sees the socket close and runs what it asks next in children of its own.
+        os._exit(0)
+
+
+def _prepare() -> None:
+    """What every run asks of the helper, done before it is asked: ORT loaded and its facts
+    found, and the modules whose functions it runs imported."""
+    find_facts()
+    for name in _CALLED_FROM:
+        importlib.import_module(name)
+
+
+def _close_inherited(keep: int) -> None:
+    """Close what the helper inherited from the parent but the socket (and the standard
+    streams): a pipe's write end kept open here would hold back the end of a file the parent
+    waits for."""
+    os.closerange(3, keep)
+    os.closerange(keep + 1, 1 << 20)
+
+
+def _send_frame(sock: socket.socket, data: bytes) -> None:
+    sock.sendall(_LENGTH.pack(len(data)))
+    sock.sendall(data)
+
+
+def _receive_frame(sock: socket.socket) -> bytes | None:
+    """One frame, or ``None`` at the end of the stream (the other end closed)."""
+    head = _receive_exactly(sock, _LENGTH.size)
+    return None if head is None else _receive_exactly(sock, _LENGTH.unpack(head)[0])
+
+
+def _receive_exactly(sock: socket.socket, size: int) -> bytes | None:
+    buffer = bytearray(size)
+    view, got = memoryview(buffer), 0
+    while got < size:
+        n = sock.recv_into(view[got:])
+        if n == 0:
+            return None
+        got += n
+    return bytes(buffer)

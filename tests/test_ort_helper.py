@@ -1,0 +1,177 @@
+"""The ORT helper: calls answered from a process of its own, a crash in one call told as
+NativeCrash without losing the helper, the parent never loading ONNX Runtime on the
+optimize path, and every way the helper cannot serve falling back to a child of the
+caller's own."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from onnxopt import ort_helper
+from onnxopt.isolation import NativeCrash, isolated
+
+MODELS = os.path.join(os.path.dirname(__file__), "..", "models")
+
+
+def _pid() -> int:
+    return os.getpid()
+
+
+def _parent_pid() -> int:
+    return os.getppid()
+
+
+def _refuse(word: str) -> None:
+    raise ValueError(f"no {word}")
+
+
+def _die() -> None:
+    os.kill(os.getpid(), signal.SIGSEGV)
+
+
+def _ort_loaded_here() -> bool:
+    return "onnxruntime.capi._pybind_state" in sys.modules
+
+
+def test_a_call_runs_in_a_child_of_the_helper_where_ort_is_loaded():
+    ort_helper.start()
+    helper = ort_helper._helper
+    assert helper is not None and helper.alive
+    assert ort_helper.call(_parent_pid) == helper.pid  # the child's parent is the helper
+    assert ort_helper.call(_pid) not in (os.getpid(), helper.pid)
+    assert ort_helper.call(_ort_loaded_here)
+
+
+def test_an_exception_comes_back_as_itself():
+    with pytest.raises(ValueError, match="no answer"):
+        ort_helper.call(_refuse, "answer")
+
+
+def test_a_crash_is_native_crash_and_the_helper_serves_on():
+    ort_helper.start()
+    pid = ort_helper._helper.pid
+    with pytest.raises(NativeCrash, match="SIGSEGV"):
+        ort_helper.call(_die)
+    assert ort_helper.call(_parent_pid) == pid
+
+
+def test_calls_begun_together_are_answered_in_order():
+    first = ort_helper.submit(_refuse, "first")
+    second = ort_helper.submit(_parent_pid)
+    assert second.result() == ort_helper._helper.pid  # read past the first one's answer
+    with pytest.raises(ValueError, match="no first"):
+        first.result()
+
+
+def _apply(fn):
+    return fn()
+
+
+def test_arguments_that_do_not_pickle_run_in_the_callers_own_child():
+    here = os.getpid()
+    assert ort_helper.call(_apply, lambda: os.getppid()) == here
+    assert ort_helper.call(lambda: os.getppid()) == here
+
+
+def test_an_answer_that_cannot_be_read_is_an_error_not_a_lost_helper():
+    ort_helper.start()
+    pid = ort_helper._helper.pid
+    with pytest.raises(RuntimeError, match="cannot be read"):
+        ort_helper.call(_unreadable)
+    assert ort_helper.call(_parent_pid) == pid
+
+
+class _Unreadable:
+    """Pickles in the child and is rebuilt in the helper, but not in the helper's owner."""
+
+    def __reduce__(self):
+        return (_rebuilt_outside_the_owner, ())
+
+
+def _rebuilt_outside_the_owner() -> _Unreadable:
+    if ort_helper._owner == os.getpid():
+        raise ValueError("not here")
+    return _Unreadable()
+
+
+def _unreadable() -> _Unreadable:
+    return _Unreadable()
+
+
+def test_a_forked_child_of_the_owner_does_not_use_its_socket():
+    """A child forked from the owner (as isolation forks) runs calls in children of its own."""
+    assert isolated(_call_from_a_child) == "own child"
+
+
+def _call_from_a_child() -> str:
+    parent = ort_helper.call(_parent_pid)
+    return "own child" if parent == os.getpid() else f"parent {parent}"
+
+
+def test_a_helper_killed_from_outside_is_replaced_by_the_callers_children():
+    code = textwrap.dedent("""
+        import os, signal
+        from onnxopt import ort_helper
+        from tests.test_ort_helper import _parent_pid
+        ort_helper.start()
+        helper = ort_helper._helper.pid
+        assert ort_helper.call(_parent_pid) == helper
+        os.kill(helper, signal.SIGKILL)
+        assert ort_helper.call(_parent_pid) == os.getpid()  # a child of this process's own
+        assert ort_helper.call(_parent_pid) == os.getpid()
+        print("ok")
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False,
+                         cwd=os.path.join(os.path.dirname(__file__), ".."), timeout=120)
+    assert out.stdout.strip() == "ok", out.stderr
+
+
+def test_without_fork_a_call_runs_here(monkeypatch):
+    monkeypatch.delattr(os, "fork")
+    monkeypatch.setattr(ort_helper, "_helper", None)
+    monkeypatch.setattr(ort_helper, "_owner", -1)
+    assert ort_helper.call(_pid) == os.getpid()
+    assert ort_helper._helper is None
+
+
+def test_the_helper_ends_with_its_parent():
+    code = "from onnxopt import ort_helper; ort_helper.start(); print(ort_helper._helper.pid)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120, check=True)
+    pid = int(out.stdout)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and _running(pid):
+        time.sleep(0.05)
+    assert not _running(pid)
+
+
+def _running(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            state = next(line for line in f if line.startswith("State:"))
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return "Z" not in state.split()[1]  # a zombie has ended; its reaper is not ours
+
+
+def test_optimizing_never_loads_ort_in_the_parent(tmp_path):
+    """The stages' facts and mask probes and the checks are all answered by the helper."""
+    model = os.path.join(MODELS, "gpt2.dynamo.onnx")
+    code = textwrap.dedent(f"""
+        import sys
+        from onnxopt.cli import main
+        assert main(["optimize", {model!r}, "-o", {str(tmp_path / "out.onnx")!r},
+                     "--target", "cpu", "-q"]) == 0
+        print("onnxruntime.capi._pybind_state" in sys.modules)
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=False, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "False"
