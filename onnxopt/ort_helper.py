@@ -4,20 +4,23 @@ Loading ORT's module takes 25-40 ms of CPU, and probing the IR versions it reads
 sessions more. During the stages the parent needs ORT for little: its version, the highest
 IR version it loads, and the mask probes; after them, the load check. On a model of a few
 hundred nodes those fixed costs were a third of the stages (benchmarks/RESULTS.md). Here a
-helper, forked when a run starts, loads ORT at once on the other core while the parent reads
-the file, and answers those calls; the parent itself never loads ORT on that path.
+helper, forked as a command starts, loads ORT on the other core while the parent imports the
+stages, and answers those calls; the parent itself never loads ORT on that path.
 
-Every call that hands ORT a piece of the user's model still runs in a forked child of the
-helper (:func:`onnxopt.isolation.isolated`): a crash in ORT's native code takes neither
-onnxopt nor the helper with it, and comes back as :class:`~onnxopt.isolation.NativeCrash`
-saying how the child died. A child forked from the helper is small (ORT, onnx and NumPy,
-not the parent's IR), so its fork is cheap too.
+The helper is a forked child, so ORT's native code on the user's model never runs in
+onnxopt's own process. A call that loads or runs a whole model (:func:`call`: the load
+check, verification) runs in a child forked from the helper, in turn
+(:func:`onnxopt.isolation.isolated`), which keeps the helper small and alive whatever the
+call does; its crash comes back as :class:`~onnxopt.isolation.NativeCrash` saying how the
+child died. A call so small that the fork would be most of its cost (:func:`ask`: the mask
+probe, the facts) is run by the helper itself: where it crashes the helper, the call runs
+again in a child of the caller's own, which reports the crash the same way.
 
 The helper was forked before the model was read: nothing of the parent's later state is
-there. A call is a function importable by name and picklable arguments. Where there is no
+there. A call is a function importable by name and arguments that pickle. Where there is no
 ``fork``, in a process other than the one that started the helper (a forked child of
-onnxopt's), or once the helper is gone, a call runs as :func:`onnxopt.isolation.started`
-runs it, in a child forked from the caller.
+onnxopt's), where the arguments do not pickle, or once the helper is gone, a call runs as
+:func:`onnxopt.isolation.started` runs it, in a child forked from the caller.
 """
 
 from __future__ import annotations
@@ -57,15 +60,20 @@ def call(fn: Callable[..., T], *args: Any) -> T:
     return submit(fn, *args).result()
 
 
+def ask(fn: Callable[..., T], *args: Any) -> T:
+    """``fn(*args)`` run by the helper itself, for a call so small that a fork would be most
+    of its cost (a mask probe: a session on a few nodes and six runs, 5 ms, against 4-14 ms
+    for a fork and exit on these machines). The helper is a forked child of the caller's too:
+    where the call crashes it, the helper is gone, and the call runs again in a child of the
+    caller's own, whose death is the :class:`~onnxopt.isolation.NativeCrash` the caller sees;
+    later calls all run in such children."""
+    return _begin(_HERE, fn, args).result()
+
+
 def submit(fn: Callable[..., Any], *args: Any) -> Reply | Child | Done:
     """:func:`call` begun, not waited for: ``.result()`` waits. The caller may start other
     work (a child of its own) before it asks."""
-    with _lock:
-        helper = _running()
-        request = None if helper is None else _request(_ISOLATED, fn, args)
-        if request is None:  # no helper, or arguments that do not pickle: a child of ours
-            return started(fn, *args)
-        return helper.send(request, fn, args)
+    return _begin(_ISOLATED, fn, args)
 
 
 def facts() -> RuntimeFacts:
@@ -73,12 +81,17 @@ def facts() -> RuntimeFacts:
     them right after loading ORT); found here where there is no helper."""
     global _facts
     if _facts is None:
-        with _lock:
-            helper = _running()
-            request = None if helper is None else _request(_HERE, find_facts, ())
-            reply = None if request is None else helper.send(request, find_facts, ())
-        _facts = find_facts() if reply is None else reply.result()
+        _facts = ask(find_facts)
     return _facts
+
+
+def _begin(kind: str, fn: Callable[..., Any], args: tuple) -> Reply | Child | Done:
+    with _lock:
+        helper = _running()
+        request = None if helper is None else _request(kind, fn, args)
+        if request is None:  # no helper, or arguments that do not pickle: a child of ours
+            return started(fn, *args)
+        return helper.send(request, fn, args)
 
 
 class Reply:
@@ -95,7 +108,8 @@ class Reply:
         with _lock:
             while not self._done:
                 if not self._helper.receive_next():
-                    # The helper itself is gone (killed from outside): the call runs here.
+                    # The helper itself is gone (a call it ran itself crashed it, or it was
+                    # killed): the call runs in a child of this process's own.
                     return isolated(self._fn, *self._args)
         ok, value = self._value
         if ok:

@@ -49,6 +49,36 @@ def test_a_call_runs_in_a_child_of_the_helper_where_ort_is_loaded():
     assert ort_helper.call(_ort_loaded_here)
 
 
+def test_ask_runs_in_the_helper_itself():
+    ort_helper.start()
+    assert ort_helper.ask(_pid) == ort_helper._helper.pid
+    with pytest.raises(ValueError, match="no probe"):
+        ort_helper.ask(_refuse, "probe")
+
+
+def test_a_crash_of_what_the_helper_runs_itself_is_told_by_a_child_of_the_callers():
+    """The helper is gone with the call; the call runs again in a child of the caller's own,
+    whose death is the NativeCrash, and later calls run in such children."""
+    code = textwrap.dedent("""
+        import os
+        from onnxopt import ort_helper
+        from onnxopt.isolation import NativeCrash
+        from tests.test_ort_helper import _die, _parent_pid
+        ort_helper.start()
+        try:
+            ort_helper.ask(_die)
+        except NativeCrash as e:
+            print("crash:", e)
+        assert not ort_helper._helper.alive
+        assert ort_helper.call(_parent_pid) == os.getpid()
+        assert ort_helper.ask(_parent_pid) == os.getpid()
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False,
+                         cwd=os.path.join(os.path.dirname(__file__), ".."), timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "crash: the native code crashed (signal SIGSEGV)"
+
+
 def test_an_exception_comes_back_as_itself():
     with pytest.raises(ValueError, match="no answer"):
         ort_helper.call(_refuse, "answer")

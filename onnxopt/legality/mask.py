@@ -75,9 +75,9 @@ def classify_mask(model: Model, mask: Value, batch_dim, key_dim, query_dim) -> M
     if proto is None:
         return MaskInfo(looks_causal=looks_causal, reason="the mask's subgraph cannot be cut out")
     try:
-        verdict = ort_helper.call(_probe, proto, [_Fed.of(v) for v in inputs],
-                                  [_ShapeFed.of_leaf(v) for v in shape_leaves],
-                                  [_Fed.of(v) for v in candidates])
+        verdict = ort_helper.ask(_probe, proto, [_Fed.of(v) for v in inputs],
+                                 [_ShapeFed.of_leaf(v) for v in shape_leaves],
+                                 [_Fed.of(v) for v in candidates])
     except NativeCrash as e:
         verdict = f"ONNX Runtime {e}"
     if verdict == HOLDS_BIAS:
@@ -127,10 +127,11 @@ class _ShapeFed:
 def _probe(proto, inputs: list[_Fed], shape_leaves: list[_ShapeFed], candidates: list[_Fed]):
     """The mask's votes at every probe size: (causal votes, padding votes by candidate name),
     or why it could not be evaluated. Runs ONNX Runtime on a piece of the user's model, so it
-    runs in a forked child of the ORT helper (:func:`onnxopt.ort_helper.call`): a
-    malformed piece may crash ORT's native code, and that must not take onnxopt with it."""
+    runs out of onnxopt's process, in the ORT helper (:func:`onnxopt.ort_helper.ask`): a
+    malformed piece may crash ORT's native code, and that must not take onnxopt with it. One
+    thread: the piece is a few nodes on tensors of a few dozen elements."""
     try:
-        sess = evaluation.session(proto)
+        sess = evaluation.session(proto, threads=1)
     except Exception as e:  # noqa: BLE001
         return f"the mask cannot be evaluated ({evaluation.first_line(e)})"
     causal_votes: list = []
