@@ -28,6 +28,7 @@ from __future__ import annotations
 import importlib
 import os
 import pickle
+import signal
 import socket
 import struct
 import threading
@@ -198,8 +199,16 @@ def _running() -> _Helper | None:
         return _helper if _helper.alive else None
     if _owner != -1 and _owner != os.getpid():
         return None  # a forked child of the owner: the socket is the owner's
-    parent_end, helper_end = socket.socketpair()
-    pid = os.fork()
+    try:
+        parent_end, helper_end = socket.socketpair()
+    except OSError:
+        return None  # no socket to be had here (a sandbox): calls run in children of ours
+    try:
+        pid = os.fork()
+    except OSError:  # no process to be had (a limit on processes, memory)
+        parent_end.close()
+        helper_end.close()
+        return None
     if pid == 0:
         parent_end.close()
         _serve(helper_end)  # never returns
@@ -213,6 +222,7 @@ def _serve(sock: socket.socket) -> None:
     closes (the parent exited, or was killed)."""
     try:
         _close_inherited(sock.fileno())
+        _default_signals()
         isolation.forget_children()  # the parent's children are not the helper's to reap
         _prepare()
         while (data := _receive_frame(sock)) is not None:
@@ -242,11 +252,32 @@ def _prepare() -> None:
 
 
 def _close_inherited(keep: int) -> None:
-    """Close what the helper inherited from the parent but the socket (and the standard
-    streams): a pipe's write end kept open here would hold back the end of a file the parent
-    waits for."""
-    os.closerange(3, keep)
-    os.closerange(keep + 1, 1 << 20)
+    """Close what the helper inherited but the socket and the standard streams: a pipe's
+    write end kept open here (a program's own subprocess, another thread's child) would hold
+    back the end of what its reader waits for as long as the helper lives."""
+    try:
+        open_fds = [int(name) for name in os.listdir("/proc/self/fd")]
+    except OSError:  # no /proc: the descriptors a process usually has
+        open_fds = list(range(3, 1024))
+    for fd in open_fds:
+        if fd > 2 and fd != keep:
+            try:
+                os.close(fd)
+            except OSError:
+                pass  # not open (the listing's own descriptor, closed already)
+
+
+# Signals whose handlers a program embedding onnxopt may have set: in the helper, which lives
+# as long as that program, they do what they do by default (a handler of the program's could
+# clean up its files), and Ctrl-C ends the helper as it ends the program.
+_RESET_SIGNALS = ("SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2")
+
+
+def _default_signals() -> None:
+    for name in _RESET_SIGNALS:
+        if hasattr(signal, name):
+            signal.signal(getattr(signal, name), signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def _send_frame(sock: socket.socket, data: bytes) -> None:

@@ -163,6 +163,57 @@ def test_a_helper_killed_from_outside_is_replaced_by_the_callers_children():
     assert out.stdout.strip() == "ok", out.stderr
 
 
+def test_without_a_socket_calls_run_in_the_callers_own_children(monkeypatch):
+    def refuse():
+        raise OSError("no sockets here")
+
+    monkeypatch.setattr(ort_helper.socket, "socketpair", refuse)
+    monkeypatch.setattr(ort_helper, "_helper", None)
+    monkeypatch.setattr(ort_helper, "_owner", -1)
+    assert ort_helper.call(_parent_pid) == os.getpid()
+    assert ort_helper.ask(_parent_pid) == os.getpid()
+    assert ort_helper._helper is None
+
+
+def test_the_helper_keeps_no_descriptor_of_its_parents():
+    """A pipe's write end the parent held when the helper was forked: once the parent closes
+    it, its reader sees the end (the helper does not hold it open)."""
+    code = textwrap.dedent("""
+        import os, select
+        from onnxopt import ort_helper
+        from tests.test_ort_helper import _parent_pid
+        read_end, write_end = os.pipe()
+        ort_helper.start()
+        assert ort_helper.call(_parent_pid) == ort_helper._helper.pid  # it has started
+        os.close(write_end)
+        ready, _, _ = select.select([read_end], [], [], 20)
+        print("end" if ready and os.read(read_end, 1) == b"" else "held open")
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False,
+                         cwd=os.path.join(os.path.dirname(__file__), ".."), timeout=120)
+    assert out.stdout.strip() == "end", out.stderr
+
+
+def test_the_programs_signal_handlers_do_not_run_in_the_helper(tmp_path):
+    marker = tmp_path / "handled"
+    code = textwrap.dedent(f"""
+        import os, signal
+        from onnxopt import ort_helper
+        from tests.test_ort_helper import _parent_pid
+        signal.signal(signal.SIGTERM, lambda *_: open({str(marker)!r}, "w").close())
+        ort_helper.start()
+        helper = ort_helper._helper.pid
+        assert ort_helper.call(_parent_pid) == helper
+        os.kill(helper, signal.SIGTERM)
+        _, status = os.waitpid(helper, 0)
+        print(os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGTERM)
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False,
+                         cwd=os.path.join(os.path.dirname(__file__), ".."), timeout=120)
+    assert out.stdout.strip() == "True", out.stderr
+    assert not marker.exists()
+
+
 def test_without_fork_a_call_runs_here(monkeypatch):
     monkeypatch.delattr(os, "fork")
     monkeypatch.setattr(ort_helper, "_helper", None)
