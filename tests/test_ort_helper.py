@@ -17,7 +17,14 @@ import pytest
 from onnxopt import ort_helper
 from onnxopt.isolation import NativeCrash, isolated
 
-MODELS = os.path.join(os.path.dirname(__file__), "..", "models")
+ROOT = os.path.join(os.path.dirname(__file__), "..")
+MODELS = os.path.join(ROOT, "models")
+
+
+def _python(code: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    """``code`` in a fresh interpreter at the checkout's root (it imports this module)."""
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=False, cwd=ROOT, timeout=timeout)
 
 
 def _pid() -> int:
@@ -34,6 +41,23 @@ def _refuse(word: str) -> None:
 
 def _die() -> None:
     os.kill(os.getpid(), signal.SIGSEGV)
+
+
+class _Unreadable:
+    """Pickles in the child and is rebuilt in the helper, but not in the helper's owner."""
+
+    def __reduce__(self):
+        return (_rebuilt_outside_the_owner, ())
+
+
+def _rebuilt_outside_the_owner() -> _Unreadable:
+    if ort_helper._owner == os.getpid():
+        raise ValueError("not here")
+    return _Unreadable()
+
+
+def _unreadable() -> _Unreadable:
+    return _Unreadable()
 
 
 def _ort_loaded_here() -> bool:
@@ -73,8 +97,7 @@ def test_a_crash_of_what_the_helper_runs_itself_is_told_by_a_child_of_the_caller
         assert ort_helper.call(_parent_pid) == os.getpid()
         assert ort_helper.ask(_parent_pid) == os.getpid()
     """)
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False,
-                         cwd=os.path.join(os.path.dirname(__file__), ".."), timeout=120)
+    out = _python(code)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "crash: the native code crashed (signal SIGSEGV)"
 
@@ -84,11 +107,15 @@ def test_an_exception_comes_back_as_itself():
         ort_helper.call(_refuse, "answer")
 
 
-def test_a_crash_is_native_crash_and_the_helper_serves_on():
+@pytest.mark.parametrize(("fn", "error", "says"), [
+    (_die, NativeCrash, "SIGSEGV"),  # a crash of the child is told as how it died
+    (_unreadable, RuntimeError, "cannot be read"),  # an answer the caller cannot rebuild
+])
+def test_a_failed_call_leaves_the_helper_serving(fn, error, says):
     ort_helper.start()
     pid = ort_helper._helper.pid
-    with pytest.raises(NativeCrash, match="SIGSEGV"):
-        ort_helper.call(_die)
+    with pytest.raises(error, match=says):
+        ort_helper.call(fn)
     assert ort_helper.call(_parent_pid) == pid
 
 
@@ -108,31 +135,6 @@ def test_arguments_that_do_not_pickle_run_in_the_callers_own_child():
     here = os.getpid()
     assert ort_helper.call(_apply, lambda: os.getppid()) == here
     assert ort_helper.call(lambda: os.getppid()) == here
-
-
-def test_an_answer_that_cannot_be_read_is_an_error_not_a_lost_helper():
-    ort_helper.start()
-    pid = ort_helper._helper.pid
-    with pytest.raises(RuntimeError, match="cannot be read"):
-        ort_helper.call(_unreadable)
-    assert ort_helper.call(_parent_pid) == pid
-
-
-class _Unreadable:
-    """Pickles in the child and is rebuilt in the helper, but not in the helper's owner."""
-
-    def __reduce__(self):
-        return (_rebuilt_outside_the_owner, ())
-
-
-def _rebuilt_outside_the_owner() -> _Unreadable:
-    if ort_helper._owner == os.getpid():
-        raise ValueError("not here")
-    return _Unreadable()
-
-
-def _unreadable() -> _Unreadable:
-    return _Unreadable()
 
 
 def test_a_forked_child_of_the_owner_does_not_use_its_socket():
@@ -158,8 +160,7 @@ def test_a_helper_killed_from_outside_is_replaced_by_the_callers_children():
         assert ort_helper.call(_parent_pid) == os.getpid()
         print("ok")
     """)
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False,
-                         cwd=os.path.join(os.path.dirname(__file__), ".."), timeout=120)
+    out = _python(code)
     assert out.stdout.strip() == "ok", out.stderr
 
 
@@ -189,8 +190,7 @@ def test_the_helper_keeps_no_descriptor_of_its_parents():
         ready, _, _ = select.select([read_end], [], [], 20)
         print("end" if ready and os.read(read_end, 1) == b"" else "held open")
     """)
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False,
-                         cwd=os.path.join(os.path.dirname(__file__), ".."), timeout=120)
+    out = _python(code)
     assert out.stdout.strip() == "end", out.stderr
 
 
@@ -208,8 +208,7 @@ def test_the_programs_signal_handlers_do_not_run_in_the_helper(tmp_path):
         _, status = os.waitpid(helper, 0)
         print(os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGTERM)
     """)
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False,
-                         cwd=os.path.join(os.path.dirname(__file__), ".."), timeout=120)
+    out = _python(code)
     assert out.stdout.strip() == "True", out.stderr
     assert not marker.exists()
 
@@ -224,8 +223,8 @@ def test_without_fork_a_call_runs_here(monkeypatch):
 
 def test_the_helper_ends_with_its_parent():
     code = "from onnxopt import ort_helper; ort_helper.start(); print(ort_helper._helper.pid)"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         timeout=120, check=True)
+    out = _python(code)
+    assert out.returncode == 0, out.stderr
     pid = int(out.stdout)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline and _running(pid):
@@ -252,7 +251,6 @@ def test_optimizing_never_loads_ort_in_the_parent(tmp_path):
                      "--target", "cpu", "-q"]) == 0
         print("onnxruntime.capi._pybind_state" in sys.modules)
     """)
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         check=False, timeout=300)
+    out = _python(code, timeout=300)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "False"
