@@ -97,8 +97,8 @@ def classify_mask(model: Model, mask: Value, batch_dim, key_dim, query_dim) -> M
 
 @dataclass(frozen=True)
 class _Fed:
-    """A model input the probe feeds, as plain data: the probe runs in the ORT helper's
-    child (:mod:`onnxopt.ort_helper`), which has none of the IR."""
+    """A model input the probe feeds, as plain data: the probe runs in the ORT helper
+    (:mod:`onnxopt.ort_helper`), forked before the model was read, which has none of the IR."""
 
     name: str
     dtype: str | None

@@ -127,9 +127,9 @@ def native_checks(proto: ModelProto, source: bytes | str) -> dict[str, str | Non
     of a file holding them) — C++ that a malformed model can crash, so each runs in a forked
     child (:mod:`onnxopt.isolation`; the load's forked from the ORT helper), the two side by
     side (the load takes the longer; the checker's time hides under it). From a file, ORT
-    copies the weights once less than from bytes: on the 24-layer GPT-2 and LLaMA the checks with the staged write before them took
-    0.45 and 0.43 s against 0.60 and 0.57 s for bytes with the write beside them (medians of
-    9 in one process, benchmarks/RESULTS.md)."""
+    copies the weights once less than from bytes: on the 24-layer GPT-2 and LLaMA the checks
+    with the staged write before them took 0.45 and 0.43 s against 0.60 and 0.57 s for bytes
+    with the write beside them (medians of 9 in one process, benchmarks/RESULTS.md)."""
     found = {}
     # The load, the longer, is asked of the ORT helper first (where ORT is loaded already:
     # :mod:`onnxopt.ort_helper`); the checker's child is forked here meanwhile.
