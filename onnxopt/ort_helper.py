@@ -143,6 +143,9 @@ class _Helper:
                 return reply
             except OSError:
                 self.close()
+            except BaseException:  # Ctrl-C with a frame half sent: the stream is lost
+                self.close(stop=True)
+                raise
         return reply  # answered by its own result(): the helper is gone
 
     def receive_next(self) -> bool:
@@ -154,6 +157,9 @@ class _Helper:
             data = _receive_frame(self.sock)
         except OSError:
             data = None
+        except BaseException:  # Ctrl-C with a frame half read: the stream is lost
+            self.close(stop=True)
+            raise
         if data is None:
             self.close()
             return False
@@ -164,11 +170,18 @@ class _Helper:
         self.waiting.popleft()._answer(payload)
         return True
 
-    def close(self) -> None:
+    def close(self, stop: bool = False) -> None:
+        """Let the helper go (``stop``: now, whatever it is doing) and reap it; calls from
+        here on run in the caller's own children."""
         if not self.alive:
             return
         self.alive = False
         self.sock.close()
+        if stop:
+            try:
+                os.kill(self.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass  # it had ended
         try:
             os.waitpid(self.pid, 0)
         except ChildProcessError:

@@ -176,6 +176,35 @@ def test_without_a_socket_calls_run_in_the_callers_own_children(monkeypatch):
     assert ort_helper._helper is None
 
 
+def test_an_interrupt_halfway_through_an_answer_stops_the_helper():
+    """The stream cannot be trusted after a frame read halfway (Ctrl-C in a notebook): the
+    helper is stopped and later calls run in the caller's own children."""
+    code = textwrap.dedent("""
+        import os
+        from onnxopt import ort_helper
+        from tests.test_ort_helper import _parent_pid
+        ort_helper.start()
+        helper = ort_helper._helper
+        real = ort_helper._receive_frame
+
+        def interrupted(sock):
+            real(sock)
+            raise KeyboardInterrupt
+
+        ort_helper._receive_frame = interrupted
+        try:
+            ort_helper.call(_parent_pid)
+        except KeyboardInterrupt:
+            pass
+        ort_helper._receive_frame = real
+        assert not helper.alive
+        assert ort_helper.call(_parent_pid) == os.getpid()
+        print("ok")
+    """)
+    out = _python(code)
+    assert out.stdout.strip() == "ok", out.stderr
+
+
 def test_the_helper_keeps_no_descriptor_of_its_parents():
     """A pipe's write end the parent held when the helper was forked: once the parent closes
     it, its reader sees the end (the helper does not hold it open)."""
