@@ -25,7 +25,8 @@ import sys
 import time
 
 COMMAND = [sys.executable, "-P", "-m", "onnxopt", "--help"]
-# The packages imported when onnxopt starts (onnxruntime is loaded later, during import).
+# The packages imported when onnxopt starts (onnxruntime is loaded by the ORT helper, in a
+# process of its own: onnxopt/ort_helper.py).
 DEPENDENCIES = ("onnx", "ml_dtypes", "numpy", "protobuf", "click", "rich", "onnxruntime-gpu",
                 "onnxruntime")
 
