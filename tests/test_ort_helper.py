@@ -137,6 +137,30 @@ def test_arguments_that_do_not_pickle_run_in_the_callers_own_child():
     assert ort_helper.call(lambda: os.getppid()) == here
 
 
+def _length(data) -> tuple[int, int]:
+    return os.getppid(), len(data)
+
+
+def test_a_models_bytes_stay_with_a_child_of_the_callers_own():
+    """Arguments carrying a model's bytes are shared by a fork, not copied through the socket;
+    small ones go to the helper."""
+    import onnx
+
+    ort_helper.start()
+    here, helper = os.getpid(), ort_helper._helper.pid
+    large = bytes(ort_helper._SENT_MAX_BYTES + 1)
+    assert ort_helper.call(_length, large) == (here, len(large))
+    assert ort_helper.call(_length, memoryview(large)) == (here, len(large))
+    assert ort_helper.call(_length, b"small") == (helper, 5)
+    proto = onnx.helper.make_tensor("t", onnx.TensorProto.UINT8, [len(large)], large, raw=True)
+    assert ort_helper.call(_parent_pid_of, proto) == here
+    assert ort_helper.call(_parent_pid_of, onnx.TensorProto(name="t")) == helper
+
+
+def _parent_pid_of(_message) -> int:
+    return os.getppid()
+
+
 def test_a_forked_child_of_the_owner_does_not_use_its_socket():
     """A child forked from the owner (as isolation forks) runs calls in children of its own."""
     assert isolated(_call_from_a_child) == "own child"
