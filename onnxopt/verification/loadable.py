@@ -35,6 +35,17 @@ TENSOR_SLACK_BYTES = 4096
 # leaves them as they are), so it decides nothing about whether the file loads. On the 24-layer
 # GPT-2 it was over a third of the load (0.27 -> 0.17 s, medians of 6, benchmarks/RESULTS.md).
 LOAD_CHECK_CONFIG = {"session.disable_prepacking": "1"}
+# Nor does it plan which intermediate buffers share memory (``enable_mem_reuse``). A buffer
+# must take another's where the kernel says its output aliases an input (Reshape), and that
+# is planned either way; the search for a freed buffer of the same size to take over only
+# saves memory at run time, and it walks every freed buffer whose size it cannot match, for
+# each output: on the 24-layer GPT-2's result it took 85 of the load's 135 ms, on the
+# 96-layer one 2.5 of 2.7 s (benchmarks/RESULTS.md). A wrong size it would share is said at
+# run time, not at load ("Shape mismatch attempting to re-use buffer"), so this load could
+# never see it. Its kernels are made on one thread: a pool's worker spins, waiting for work
+# that making a session never gives it, on the core the command and the checker's child share
+# (the command took 0.92 of the time with it, paired, on the 24-layer GPT-2).
+LOAD_CHECK_OPTIONS = {"enable_mem_reuse": False, "intra_op_num_threads": 1}
 
 
 @dataclass(frozen=True)
@@ -155,8 +166,10 @@ def _checker_problem(source: bytes | str) -> str | None:
 def _load_problem(source: bytes | str, kernels: bool) -> str | None:
     try:
         # Default graph optimizations, as a user's session has: ORT's load-time fusions
-        # are part of loading (prepacking is not: LOAD_CHECK_CONFIG).
-        evaluation.session(source, config=LOAD_CHECK_CONFIG, kernels=kernels)
+        # are part of loading (prepacking and the search for buffers to share are not:
+        # LOAD_CHECK_CONFIG, LOAD_CHECK_OPTIONS).
+        evaluation.session(source, config=LOAD_CHECK_CONFIG, kernels=kernels,
+                           **LOAD_CHECK_OPTIONS)
     except Exception as e:  # noqa: BLE001 - any refusal of ORT's is the answer
         return f"ONNX Runtime cannot load it: {_first_line(e, source)}"
     return None
@@ -189,7 +202,7 @@ def _file_checks(path: str) -> tuple[str | None, str | None]:
     except Exception as e:  # noqa: BLE001 - the checker's complaint is the answer
         checker = str(e) or type(e).__name__
     try:
-        evaluation.session(path, config=LOAD_CHECK_CONFIG)
+        evaluation.session(path, config=LOAD_CHECK_CONFIG, **LOAD_CHECK_OPTIONS)
     except Exception as e:  # noqa: BLE001 - ORT's refusal is the answer
         loads = str(e) or type(e).__name__
     return checker, loads

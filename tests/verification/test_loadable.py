@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import onnx
+import pytest
 
 from onnxopt.exporter.save import stage_bytes
+from onnxopt.verification import loadable
 from onnxopt.verification.loadable import fitness
 
 RELU = """
@@ -41,3 +43,32 @@ def test_a_staged_file_that_vanished_is_a_problem_not_a_crash(make_model, tmp_pa
     staged.discard()
     found = fitness(model, staged=str(tmp_path / ".gone.tmp"))
     assert found.loads is not None and found.checker is not None
+
+
+@pytest.mark.parametrize("check", ["result", "input"])
+def test_the_load_check_leaves_out_what_decides_nothing_about_loading(make_model, tmp_path,
+                                                                      monkeypatch, check):
+    """The load check's session (the result's, and an input's with external data) has ORT's
+    graph optimizations, but no prepacking, no search for freed buffers to share, and no
+    intra-op threads: the three cost most of a large model's load and refuse nothing
+    (LOAD_CHECK_CONFIG, LOAD_CHECK_OPTIONS)."""
+    import onnxruntime
+
+    made = []
+    real = onnxruntime.InferenceSession
+
+    def spy(source, options, **kwargs):
+        made.append(options)
+        return real(source, options, **kwargs)
+
+    monkeypatch.setattr(onnxruntime, "InferenceSession", spy)
+    path = str(tmp_path / "m.onnx")
+    onnx.save_model(make_model(RELU), path)
+    if check == "result":
+        assert loadable._load_problem(path, False) is None
+    else:
+        assert loadable._file_checks(path) == (None, None)
+    (options,) = made
+    assert options.enable_mem_reuse is False and options.intra_op_num_threads == 1
+    assert options.get_session_config_entry("session.disable_prepacking") == "1"
+    assert options.graph_optimization_level == onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL
