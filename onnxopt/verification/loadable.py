@@ -56,14 +56,23 @@ class Fitness:
     loads: str | None = None
     weight: str | None = None
     unchecked: str | None = None  # why the checker and the load were not run
+    # Where ``loads`` failed: the load again with ORT's graph optimizations off (``None``: it
+    # loads so). A model whose own optimizations break it still runs in a session that turns
+    # them off; its result must run there too.
+    loads_unoptimized: str | None = None
 
     def problems(self, baseline: Fitness | None = None) -> list[str]:
-        """The failures that ``baseline`` (the original's fitness) does not share."""
+        """The failures that ``baseline`` (the original's fitness) does not share. A result
+        that does not load where the original does not either must still load with graph
+        optimizations off where the original does."""
         out = []
         for name in ("checker", "loads", "weight"):
             mine = getattr(self, name)
             if mine and (baseline is None or getattr(baseline, name) is None):
                 out.append(mine)
+            elif (name == "loads" and mine and self.loads_unoptimized
+                  and baseline.loads_unoptimized is None):
+                out.append(self.loads_unoptimized)
         return out
 
 
@@ -152,6 +161,9 @@ def native_checks(proto: ModelProto, source: bytes | str) -> dict[str, str | Non
             found[name] = child.result()
         except NativeCrash as e:  # it died on the model: a problem like any other
             found[name] = f"{what} crashes on it ({e})"
+    loads = found.pop("loads")
+    found["loads"], found["loads_unoptimized"] = loads if isinstance(loads, tuple) else (
+        loads, loads)  # a crash: nothing is known of the load without optimizations
     return found
 
 
@@ -163,7 +175,10 @@ def _checker_problem(source: bytes | str) -> str | None:
     return None
 
 
-def _load_problem(source: bytes | str, kernels: bool) -> str | None:
+def _load_problem(source: bytes | str, kernels: bool | None) -> tuple[str | None, str | None]:
+    """ORT's refusal of ``source`` with its default graph optimizations, and, where it
+    refuses, with them off (``Fitness.loads_unoptimized``); ``None`` where it loads.
+    ``kernels``: whether it uses onnxopt's kernels (``None``: not known)."""
     try:
         # Default graph optimizations, as a user's session has: ORT's load-time fusions
         # are part of loading (prepacking and the search for buffers to share are not:
@@ -171,8 +186,16 @@ def _load_problem(source: bytes | str, kernels: bool) -> str | None:
         evaluation.session(source, config=LOAD_CHECK_CONFIG, kernels=kernels,
                            **LOAD_CHECK_OPTIONS)
     except Exception as e:  # noqa: BLE001 - any refusal of ORT's is the answer
-        return f"ONNX Runtime cannot load it: {_first_line(e, source)}"
-    return None
+        problem = f"ONNX Runtime cannot load it: {_first_line(e, source)}"
+    else:
+        return None, None
+    try:
+        evaluation.session(source, optimize=False, config=LOAD_CHECK_CONFIG, kernels=kernels,
+                           **LOAD_CHECK_OPTIONS)
+    except Exception as e:  # noqa: BLE001 - the same
+        return problem, ("ONNX Runtime cannot load it, even with its graph optimizations off, "
+                         f"as it loads the input: {_first_line(e, source)}")
+    return problem, None
 
 
 def _first_line(e: Exception, source: bytes | str) -> str:
@@ -189,20 +212,17 @@ def file_fitness(path: str) -> Fitness:
     """The checks on an input whose weights lie in external data (read by path), in a child
     forked from the ORT helper, as every run of native code on the user's model is."""
     try:
-        checker, loads = ort_helper.call(_file_checks, path)
+        checker, loads, loads_unoptimized = ort_helper.call(_file_checks, path)
     except NativeCrash as e:
-        checker, loads = None, f"ONNX Runtime or the ONNX checker crashes on it ({e})"
-    return Fitness(checker=checker, loads=loads)
+        checker = None
+        loads = loads_unoptimized = f"ONNX Runtime or the ONNX checker crashes on it ({e})"
+    return Fitness(checker=checker, loads=loads, loads_unoptimized=loads_unoptimized)
 
 
-def _file_checks(path: str) -> tuple[str | None, str | None]:
-    checker = loads = None
+def _file_checks(path: str) -> tuple[str | None, str | None, str | None]:
+    checker = None
     try:
         onnx.checker.check_model(path)
     except Exception as e:  # noqa: BLE001 - the checker's complaint is the answer
         checker = str(e) or type(e).__name__
-    try:
-        evaluation.session(path, config=LOAD_CHECK_CONFIG, **LOAD_CHECK_OPTIONS)
-    except Exception as e:  # noqa: BLE001 - ORT's refusal is the answer
-        loads = str(e) or type(e).__name__
-    return checker, loads
+    return (checker, *_load_problem(path, None))

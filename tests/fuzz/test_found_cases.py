@@ -3,7 +3,7 @@
 Why: each was a real failure of onnxopt (a valid model refused, an output ORT could
 not run, a changed result, an internal warning); the fix is in the code, and the
 recipe rebuilds the exact model, so a regression on any of them fails here with the
-same verdict the long run gave. Recipes are from runs 11 to 43
+same verdict the long run gave. Recipes are from runs 11 to 54
 (``benchmarks/fuzz_results.md``).
 """
 
@@ -107,6 +107,10 @@ FOUND = {
         "m43-200", "gpt2.dynamo", 1583843,
         [["insert_identity", 2438473663], ["swap_inputs", 3061195103],
          ["value_info_corrupt", 3826346641]], False),
+    "declared_shapes_only_unoptimized_ort_takes": _mutant(
+        "m54-119", "mistral.ts", 942415,
+        [["attr_ints", 1242041138], ["infer_value_info", 53061609],
+         ["swap_inputs", 2071599647]], False),
 }
 
 

@@ -54,7 +54,8 @@ def test_the_light_copy_computes_what_the_staged_file_computes(tmp_path, name):
     for a, b in zip(evaluation.session(staged).run(None, feeds),
                     evaluation.session(light).run(None, feeds), strict=True):
         np.testing.assert_array_equal(a, b)
-    assert loadable.native_checks(optimized, light) == {"checker": None, "loads": None}
+    assert loadable.native_checks(optimized, light) == {"checker": None, "loads": None,
+                                                         "loads_unoptimized": None}
 
 
 def test_each_reference_is_the_staged_files_raw_data(tmp_path):

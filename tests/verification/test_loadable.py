@@ -65,10 +65,48 @@ def test_the_load_check_leaves_out_what_decides_nothing_about_loading(make_model
     path = str(tmp_path / "m.onnx")
     onnx.save_model(make_model(RELU), path)
     if check == "result":
-        assert loadable._load_problem(path, False) is None
+        assert loadable._load_problem(path, False) == (None, None)
     else:
-        assert loadable._file_checks(path) == (None, None)
+        assert loadable._file_checks(path) == (None, None, None)
     (options,) = made
     assert options.enable_mem_reuse is False and options.intra_op_num_threads == 1
     assert options.get_session_config_entry("session.disable_prepacking") == "1"
     assert options.graph_optimization_level == onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL
+
+
+FAILS = "ONNX Runtime cannot load it: x"
+FAILS_UNOPTIMIZED = "ONNX Runtime cannot load it, even with its graph optimizations off, as..."
+
+
+@pytest.mark.parametrize(("input_unoptimized", "result_unoptimized", "problems"), [
+    (None, None, []),  # both load with ORT's optimizations off: the result runs where it did
+    (None, FAILS_UNOPTIMIZED, [FAILS_UNOPTIMIZED]),  # the input does there; the result not
+    (FAILS, FAILS_UNOPTIMIZED, []),  # neither loads at all: nothing is lost
+])
+def test_a_result_must_load_without_optimizations_where_the_input_does(
+        input_unoptimized, result_unoptimized, problems):
+    """Where ORT's default session refuses the input too (its own optimizations break it:
+    fuzz run 54, declared shapes only the unoptimized load takes), the result must still
+    load in a session with the optimizations off wherever the input does."""
+    baseline = loadable.Fitness(loads=FAILS, loads_unoptimized=input_unoptimized)
+    result = loadable.Fitness(loads=FAILS, loads_unoptimized=result_unoptimized)
+    assert result.problems(baseline) == problems
+    assert result.problems() == [FAILS]  # against no baseline, the default load decides
+    assert loadable.Fitness().problems(baseline) == []
+
+
+def test_the_load_without_optimizations_is_tried_only_where_the_default_fails(monkeypatch):
+    tried = []
+
+    def session(source, *, optimize=True, **kwargs):
+        tried.append(optimize)
+        if optimize:
+            raise RuntimeError("[ShapeInferenceError] shape input must be 1D tensor")
+
+    monkeypatch.setattr(loadable.evaluation, "session", session)
+    default, unoptimized = loadable._load_problem(b"model", False)
+    assert tried == [True, False] and unoptimized is None
+    assert default == ("ONNX Runtime cannot load it: "
+                       "[ShapeInferenceError] shape input must be 1D tensor")
+    monkeypatch.setattr(loadable.evaluation, "session", lambda source, **kwargs: None)
+    assert loadable._load_problem(b"model", False) == (None, None)
