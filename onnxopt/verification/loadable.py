@@ -21,6 +21,7 @@ from onnxopt.exporter.serialize import model_parts
 from onnxopt.importer.load import tensor_bytes
 from onnxopt.ir.tensor import LazyTensor
 from onnxopt.isolation import NativeCrash, started
+from onnxopt.runtime.ort_module import ort
 from onnxopt.verification.light_copy import LIGHT_SUFFIX, discard, write_light_copy
 
 # Above this the model is not loaded into memory a second time to be checked (external data
@@ -184,18 +185,25 @@ def _load_problem(source: bytes | str, kernels: bool | None) -> tuple[str | None
         # are part of loading (prepacking and the search for buffers to share are not:
         # LOAD_CHECK_CONFIG, LOAD_CHECK_OPTIONS).
         evaluation.session(source, config=LOAD_CHECK_CONFIG, kernels=kernels,
-                           **LOAD_CHECK_OPTIONS)
+                           **_load_check_options())
     except Exception as e:  # noqa: BLE001 - any refusal of ORT's is the answer
         problem = f"ONNX Runtime cannot load it: {_first_line(e, source)}"
     else:
         return None, None
     try:
         evaluation.session(source, optimize=False, config=LOAD_CHECK_CONFIG, kernels=kernels,
-                           **LOAD_CHECK_OPTIONS)
+                           **_load_check_options())
     except Exception as e:  # noqa: BLE001 - the same
         return problem, ("ONNX Runtime cannot load it, even with its graph optimizations off, "
                          f"as it loads the input: {_first_line(e, source)}")
     return problem, None
+
+
+def _load_check_options() -> dict[str, object]:
+    """:data:`LOAD_CHECK_OPTIONS` that the installed ONNX Runtime has: where an older one
+    lacks a setting, its load does what that setting's default does (setting it would raise,
+    and every result would seem not to load)."""
+    return {k: v for k, v in LOAD_CHECK_OPTIONS.items() if hasattr(ort.SessionOptions, k)}
 
 
 def _first_line(e: Exception, source: bytes | str) -> str:

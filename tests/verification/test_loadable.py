@@ -110,3 +110,14 @@ def test_the_load_without_optimizations_is_tried_only_where_the_default_fails(mo
                        "[ShapeInferenceError] shape input must be 1D tensor")
     monkeypatch.setattr(loadable.evaluation, "session", lambda source, **kwargs: None)
     assert loadable._load_problem(b"model", False) == (None, None)
+
+
+def test_a_setting_this_ort_lacks_is_left_to_its_default(make_model, tmp_path, monkeypatch):
+    """An older ONNX Runtime without one of the load check's settings loads as it always did,
+    rather than refusing every result (setting an unknown attribute raises)."""
+    monkeypatch.setitem(loadable.LOAD_CHECK_OPTIONS, "a_setting_of_a_later_ort", False)
+    path = str(tmp_path / "m.onnx")
+    onnx.save_model(make_model(RELU), path)
+    assert loadable._load_problem(path, False) == (None, None)
+    assert "a_setting_of_a_later_ort" not in loadable._load_check_options()
+    assert loadable._load_check_options()["enable_mem_reuse"] is False
