@@ -121,3 +121,20 @@ def test_a_setting_this_ort_lacks_is_left_to_its_default(make_model, tmp_path, m
     assert loadable._load_problem(path, False) == (None, None)
     assert "a_setting_of_a_later_ort" not in loadable._load_check_options()
     assert loadable._load_check_options()["enable_mem_reuse"] is False
+
+
+def test_a_load_that_crashed_stands_for_both_loads(make_model, monkeypatch):
+    """Where ORT's load crashed, nothing is known of its load without optimizations: the
+    crash is the answer for both, so an input that crashed forgives what it forgave before."""
+    from onnxopt.isolation import NativeCrash
+
+    class Crashed:
+        def result(self):
+            raise NativeCrash("signal SIGSEGV")
+
+    monkeypatch.setattr(loadable.ort_helper, "submit", lambda *args: Crashed())
+    model = make_model(RELU)
+    found = loadable.native_checks(model, model.SerializeToString())
+    assert found["loads"] == found["loads_unoptimized"] == (
+        "ONNX Runtime crashes on it (signal SIGSEGV)")
+    assert found["checker"] is None
