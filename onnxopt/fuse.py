@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from onnxopt.errors import UsageError
 from onnxopt.ir.builder import FUSED_DOMAIN, NodeBuilder
 from onnxopt.ir.edit import remove_if_dead, replace_value
+from onnxopt.ir.exactness import NO_SITES, rewrite_of
 from onnxopt.ir.graph import Graph
 from onnxopt.ir.model import Model
 from onnxopt.ir.node import Node
@@ -38,6 +39,8 @@ def selected_rules(options: OptimizeOptions) -> list[Rule]:
     for name in set(options.only) | set(options.disable):
         if name not in names:
             raise UsageError(f"unknown rule '{name}' (rules: {', '.join(sorted(names))})")
+    if not options.rules:
+        return []
     if options.only:
         rules = [r for r in rules if r.name in options.only]
     return [r for r in rules if r.name not in options.disable]
@@ -71,9 +74,14 @@ class Region:
     status: str  # "fused" | "refused" | "partial"
     detail: str
     nodes: int = 0
+    # The non-exact rewrites (by pass) whose results this fused region absorbed or reads:
+    # the places where it is not bit for bit the model's own computation besides the fused op.
+    inexact: tuple[str, ...] = ()
 
     def to_json(self) -> dict:
-        return self.__dict__.copy()
+        out = self.__dict__.copy()
+        out["inexact"] = list(self.inexact)
+        return out
 
 
 @dataclass
@@ -165,11 +173,13 @@ def _run_worklist(graph: Graph, by_root, target: Target, report: FusionReport, d
                 report.regions.append(Region(rule.name, node.name, "refused", reason,
                                              len(m.nodes)))
                 continue
-            report.regions.append(Region(rule.name, node.name, "fused",
-                                         rule.describe(m, verdict), len(m.nodes)))
+            region = Region(rule.name, node.name, "fused", rule.describe(m, verdict),
+                            len(m.nodes))
+            report.regions.append(region)
             if not apply:
                 continue
-            new_users = _apply(graph, rule, m, verdict, debug)
+            new_users, sites = _apply(graph, rule, m, verdict, debug)
+            region.inexact = tuple(sorted({rewrite_of(s) for s in sites}))
             for user in new_users:
                 if user.op_type in by_root and id(user) not in queued:
                     work.append(user)
@@ -177,7 +187,10 @@ def _run_worklist(graph: Graph, by_root, target: Target, report: FusionReport, d
             break
 
 
-def _apply(graph: Graph, rule: Rule, m: Match, facts: Facts | None, debug: bool) -> list[Node]:
+def _apply(graph: Graph, rule: Rule, m: Match, facts: Facts | None, debug: bool
+           ) -> tuple[list[Node], frozenset[str]]:
+    """Rewrite the match; return the nodes to look at again, and the non-exact rewrites the
+    fused region now holds (:mod:`onnxopt.ir.exactness`)."""
     extra = facts.outputs if facts is not None else ()
     anchor = extra[0].producer if extra else m.root
     b = NodeBuilder(graph, anchor, rule.name, schemas=FUSED_OPS)
@@ -219,6 +232,18 @@ def _apply(graph: Graph, rule: Rule, m: Match, facts: Facts | None, debug: bool)
         if not dead:
             break
         pending = [n for n in pending if n.graph is graph]
+    # What the region absorbed of non-exact rewrites is the fused op's business now: its
+    # outputs are the fused kernel's numbers, not a carrier of those sites.
+    sites = set()
+    made = {id(n) for n in b.nodes}
+    for v in new_outputs:
+        if v is not None and id(v.producer) in made:
+            sites.update(v.inexact)
+            v.inexact = NO_SITES
+    for node in b.nodes:
+        for v in node.inputs:
+            if v is not None:
+                sites.update(v.inexact)
     if debug:
         verify_graph(graph)
-    return users
+    return users, frozenset(sites)

@@ -10,8 +10,9 @@ class OptimizeOptions:
     """Options of one optimization run.
 
     ``target`` is ``"cpu"``, ``"cuda"`` or ``None`` (probe the machine).
-    ``only``/``disable`` switch fusion rules by name; ``fuse=False`` rewrites
-    nothing at all (import and export only). ``debug`` runs the IR
+    ``only``/``disable`` switch fusion rules by name; ``rules=False`` runs none
+    (normalization alone, which then makes only bit-exact rewrites); ``fuse=False``
+    rewrites nothing at all (import and export only). ``debug`` runs the IR
     verifier after every pass and makes rule bookkeeping errors fatal.
 
     Kernel selection: ``opset`` bounds the ONNX opset emitted kernels may need
@@ -39,6 +40,7 @@ class OptimizeOptions:
     tune: bool = False
     tune_cache: str | None = None
     fuse: bool = True
+    rules: bool = True  # False: normalization's exact rewrites only, nothing fused (--no-fuse)
     debug: bool = False
     hold_back: frozenset[str] = field(default_factory=frozenset)
     extra_rules: tuple = ()  # Rule instances run after the built-in ones (plugins, tests)

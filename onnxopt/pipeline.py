@@ -26,6 +26,8 @@ from onnxopt.exporter.build import export_model_encoded
 from onnxopt.exporter.save import StagedFile, restore_left_out
 from onnxopt.fuse import FusionReport
 from onnxopt.importer import import_model
+from onnxopt.ir.builder import FUSED_DOMAIN
+from onnxopt.ir.exactness import ExactnessPolicy, rewrite_of, unconfined_sites
 from onnxopt.ir.model import Model
 from onnxopt.ir.node import STANDARD_DOMAINS
 from onnxopt.ir.tensor import LazyTensor
@@ -139,8 +141,9 @@ def run_pipeline(source: str | ModelProto, options: OptimizeOptions | None = Non
         report.nodes_before = op_histogram(model)
         if options.debug:
             verify_graph(model.graph)
-        proto, external, encoded, left_out = _run_stages(model, options, timed, report,
-                                                         keep_left_out)
+        model, (proto, external, encoded, left_out) = _run_stages(
+            model, options, timed, report, keep_left_out,
+            reimport=lambda: timed("import", lambda: import_model(source)))
     report.nodes_after = proto_histogram(proto.graph)
     return OptimizeResult(model, proto, external, report, encoded=encoded, left_out=left_out)
 
@@ -176,18 +179,89 @@ def _collector_spared():
 
 
 def _run_stages(model: Model, options: OptimizeOptions, timed: Callable[[str, Callable], Any],
-                report: OptimizeReport, keep_left_out: bool
-                ) -> tuple[ModelProto, dict[str, LazyTensor], dict[int, memoryview],
-                           dict[int, memoryview]]:
-    """The stages after import, then the export (what :func:`export_model_encoded` returns)."""
-    for name, stage in _stages(options):
-        summary = _stage(name, timed, options, lambda stage=stage: stage(model, options))
-        if summary is not None:
-            report.stages[name] = summary
-        if options.debug:
-            verify_graph(model.graph)
-    return _stage("export", timed, options,
-                  lambda: export_model_encoded(model, keep_left_out=keep_left_out))
+                report: OptimizeReport, keep_left_out: bool, reimport: Callable[[], Model]
+                ) -> tuple[Model, tuple[ModelProto, dict[str, LazyTensor], dict[int, memoryview],
+                                        dict[int, memoryview]]]:
+    """The stages after import, then the export: the model the stages ended with, and what
+    :func:`export_model_encoded` returns."""
+    if options.fuse:
+        model = confined_fusion(model, options, timed, report, reimport)
+        later = [("select", select.run),
+                 # Emitted kernels bring layout conversions that may cancel against the model's
+                 # own head split/merge; normalization runs again to clean up (exact rewrites
+                 # only: what is not fused has had its chance, and what is fused is bound).
+                 ("cleanup", _exact_normalize)]
+        for name, stage in later:
+            summary = _stage(name, timed, options, lambda stage=stage: stage(model, options))
+            if summary is not None:
+                report.stages[name] = summary
+            if options.debug:
+                verify_graph(model.graph)
+    return model, _stage("export", timed, options,
+                         lambda: export_model_encoded(model, keep_left_out=keep_left_out))
+
+
+# How often fusion is run again from the imported model with more non-exact rewrites
+# refused, before none at all is made (which is exact by construction).
+CONFINE_RUNS = 3
+
+
+def confined_fusion(model: Model, options: OptimizeOptions,
+                    timed: Callable[[str, Callable], Any], report: OptimizeReport,
+                    reimport: Callable[[], Model]) -> Model:
+    """Normalize and fuse so that every non-exact rewrite ends inside a fused region.
+
+    Normalization makes its non-exact rewrites (a reciprocal for a division, a softmax
+    recognised) wherever they apply, since only fusion shows which ones a fused region
+    absorbs. Those whose effect reaches an output past every fused node changed the model
+    where nothing was fused (:func:`onnxopt.ir.exactness.unconfined_sites`): the run starts
+    again from a fresh import with them refused, until none is left. The rounds, and the
+    rewrites refused, are in the report (``exactness``)."""
+    policy = ExactnessPolicy(inexact=_may_be_inexact(options))
+    rounds = 0
+    while True:
+        model.exactness = policy
+        rounds += 1
+        for name, stage in (("normalize", normalize.run), ("fuse", fuse_and_settle)):
+            summary = _stage(name, timed, options,
+                             lambda stage=stage, model=model: stage(model, options))
+            if summary is not None:
+                report.stages[name] = summary
+            if options.debug:
+                verify_graph(model.graph)
+        loose = unconfined_sites(model.graph, FUSED_DOMAIN) if policy.inexact else frozenset()
+        if not loose:
+            break
+        policy = (policy.refusing(loose) if rounds < CONFINE_RUNS
+                  else ExactnessPolicy(inexact=False))
+        model = reimport()
+    report.stages["exactness"] = ExactnessSummary(policy, rounds)
+    return model
+
+
+def _may_be_inexact(options: OptimizeOptions) -> bool:
+    """Whether a run may make non-exact rewrites at all: not under ``--determinism strict``,
+    and not where no rule can fuse (nothing could confine them)."""
+    return options.determinism != "strict" and bool(fuse.selected_rules(options))
+
+
+def _exact_normalize(model: Model, options: OptimizeOptions) -> dict[str, int]:
+    model.exactness = ExactnessPolicy(inexact=False)
+    return normalize.run(model, options)
+
+
+@dataclass
+class ExactnessSummary:
+    """What the run did about non-exact rewrites: how often fusion ran, and which rewrites
+    it refused because nothing fused absorbed them (per pass, how many)."""
+
+    policy: ExactnessPolicy
+    rounds: int
+
+    def to_json(self) -> dict[str, Any]:
+        refused = Counter(rewrite_of(s) for s in self.policy.refused)
+        return {"inexact_rewrites": self.policy.inexact, "rounds": self.rounds,
+                "refused": dict(sorted(refused.items()))}
 
 
 def _stage(name: str, timed: Callable[[str, Callable], Any], options: OptimizeOptions,
@@ -202,21 +276,6 @@ def _stage(name: str, timed: Callable[[str, Callable], Any], options: OptimizeOp
         if options.debug:
             raise
         raise StageFailure(name, e) from e
-
-
-def _stages(options: OptimizeOptions) -> list[tuple[str, Callable[[Model, OptimizeOptions], Any]]]:
-    """The stages after import, in order (each module owns its stage; the driver alone calls
-    a stage again — settling the fuse stage, cleaning up after selection)."""
-    if not options.fuse:
-        return []  # a pure round trip: import and export, nothing rewritten
-    return [
-        ("normalize", normalize.run),
-        ("fuse", fuse_and_settle),
-        ("select", select.run),
-        # Emitted kernels bring layout conversions that may cancel against the model's own
-        # head split/merge; normalization runs again to clean up.
-        ("cleanup", normalize.run),
-    ]
 
 
 SETTLE_ROUNDS = 3
@@ -267,9 +326,10 @@ def explain_model(source: str | ModelProto, options: OptimizeOptions,
                   rule: str | None = None) -> Explanation:
     """The stages of ``optimize`` up to selection, so what it says is exactly what ``optimize``
     would do; nothing is written."""
-    model = import_model(source)
-    normalize.run(model, options)
-    report = fuse_and_settle(model, options) or FusionReport()
+    stages = OptimizeReport(source="")
+    model = confined_fusion(import_model(source), options, lambda _name, fn: fn(), stages,
+                            reimport=lambda: import_model(source))
+    report = stages.stages.get("fuse") or FusionReport()
     selection = select.run(model, options)
     if rule:
         report = FusionReport([r for r in report.regions if r.rule == rule])

@@ -32,6 +32,7 @@ from onnxopt.importer.load import (
     tensor_bytes,
     tensor_problem,
 )
+from onnxopt.importer.names_in_use import names_in_use
 from onnxopt.importer.toposort import reads_of, topological_order
 from onnxopt.importer.varying_ranks import ranks_that_vary
 from onnxopt.importer.wire import STRIPPED_MIN_BYTES
@@ -151,7 +152,9 @@ class _Importer:
                 hint.cancel()
         distrusted = ranks_that_vary(proto.graph, self.shapes.get((), {}))
         self._collect_value_info(proto.graph, (), ranks_declared, distrusted)
-        graph = self._graph(proto.graph, _Scope(), NameScope(), parent=None, path=())
+        names = NameScope()
+        names.taken.update(names_in_use(proto))
+        graph = self._graph(proto.graph, _Scope(), names, parent=None, path=())
         return Model(
             graph=graph,
             opset_imports={imp.domain: imp.version for imp in proto.opset_import},

@@ -7,20 +7,26 @@ replacement (when nothing else would notice) or refuses.
 
 from __future__ import annotations
 
+from onnxopt.ir.exactness import record
 from onnxopt.ir.graph import Graph
 from onnxopt.ir.node import Node
 from onnxopt.ir.value import Value
 
 
-def replace_value(graph: Graph, old: Value, new: Value) -> bool:
+def replace_value(graph: Graph, old: Value, new: Value, *, inexact: str | None = None) -> bool:
     """Make every reader of ``old`` read ``new``; keep graph output names. Returns success.
 
     When ``old`` is a graph output, ``new`` takes over its name — allowed only
     if ``new`` is produced by a node of this graph and is itself neither a
     graph input, a constant nor another graph output.
+
+    ``inexact`` names the rewrite (:func:`onnxopt.ir.exactness.site`) when ``new`` equals
+    ``old`` only up to rounding: it is recorded on ``new`` (see :mod:`onnxopt.ir.exactness`).
     """
     if old is new:
         return True
+    if inexact is not None:
+        record(new, (inexact,))
     if old.graph is graph and old in graph.output_set():
         if (new.producer is None or new.graph is not graph or new in graph.output_set()
                 or new.is_constant):

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 
+from onnxopt.ir.exactness import dying_sites, record
 from onnxopt.ir.node import Attr, Node
 from onnxopt.ir.printer import format_graph
 from onnxopt.ir.tensor import LazyTensor
@@ -22,11 +23,14 @@ from onnxopt.ir.value import Shape, Value
 class NameScope:
     """Names already taken in a model (shared by a graph and all its subgraphs)."""
 
-    __slots__ = ("_counters", "taken")
+    __slots__ = ("_counters", "inexact_recorded", "taken")
 
     def __init__(self) -> None:
         self.taken: set[str] = set()
         self._counters: dict[str, int] = {}
+        # Whether a non-exact rewrite was recorded anywhere in the model (onnxopt.ir.exactness):
+        # until one is, edits have no sites to carry along and skip looking for them.
+        self.inexact_recorded = False
 
     def claim(self, name: str) -> str:
         self.taken.add(name)
@@ -228,6 +232,12 @@ class Graph:
         node._inputs[index] = value
         if value is not None:
             value._uses.append((node, index))
+        if old is not None and self.names.inexact_recorded and not old._uses:
+            # ``node`` now reads past ``old``: what ``old`` held of non-exact rewrites is now
+            # in what ``node`` computes.
+            sites = dying_sites(old)
+            for out in node.outputs:
+                record(out, sites)
 
     def set_inputs(self, node: Node, values: Iterable[Value | None]) -> None:
         for i, old in enumerate(node._inputs):
@@ -253,6 +263,8 @@ class Graph:
         old._uses.clear()
         if outputs:
             self._replace_output(old, new)
+        if self.names.inexact_recorded:
+            record(new, dying_sites(old))
 
     def _replace_output(self, old: Value, new: Value) -> None:
         if old in self.output_set():

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from onnxopt.ir.exactness import ExactnessPolicy
 from onnxopt.ir.graph import Graph
 
 
@@ -43,6 +44,8 @@ class Model:
     source_tensor_bytes: int = 0
     # How many dims inference has named so far (symdim.is_fresh): each name is used once.
     fresh_dims: int = 0
+    # Which non-exact rewrites this run may make (onnxopt.ir.exactness; the driver sets it).
+    exactness: ExactnessPolicy = field(default_factory=ExactnessPolicy)
 
     def fresh_dim(self) -> str:
         """A new symbol for a dim no rule can name, unique in the model (``?1``, ``?2``, …)."""

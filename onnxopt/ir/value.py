@@ -33,6 +33,7 @@ class Value:
         "dtype",
         "graph",
         "index",
+        "inexact",
         "name",
         "producer",
         "shape",
@@ -56,6 +57,8 @@ class Value:
         # The ONNX TypeProto of a value that is not a plain tensor (sequence, optional, map,
         # sparse tensor), kept verbatim so it survives a round trip; None for tensors.
         self.type_proto = None
+        # The non-exact rewrites whose results this value holds (onnxopt.ir.exactness).
+        self.inexact: frozenset[str] = frozenset()
 
     # --- what produces it -------------------------------------------------------------------
     @property

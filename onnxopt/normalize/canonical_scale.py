@@ -24,6 +24,7 @@ import numpy as np
 
 from onnxopt.ir.dtypes import numpy_dtype
 from onnxopt.ir.edit import replace_value
+from onnxopt.ir.exactness import site
 from onnxopt.ir.graph import Graph
 from onnxopt.ir.model import Model
 from onnxopt.ir.node import Node
@@ -42,16 +43,18 @@ NAME = "canonical_scale"
 
 
 def canonical_scale(model: Model) -> int:
-    """Move float scalar scales onto one Mul after each MatMul; return the number of rewrites."""
+    """Move float scalar scales onto one Mul after each MatMul; return the number of rewrites.
+
+    Not exact: ``x·(1/c)`` is not ``x/c`` in the last bit, and a product regrouped rounds
+    differently; each rewrite is a site of :mod:`onnxopt.ir.exactness`, made only where the
+    run's policy permits it."""
+    policy = model.exactness
     count = 0
     for graph in all_graphs(model):
         for node in graph:
-            if is_op(node, "Div"):
-                count += _div(graph, node)
-            elif is_op(node, "Mul"):
-                count += _mul_mul(graph, node)
-            elif is_op(node, "MatMul"):
-                count += _matmul(graph, node)
+            rewrite = _REWRITES.get(node.op_type) if is_op(node, *_REWRITES) else None
+            if rewrite is not None and policy.permits(NAME, node):
+                count += rewrite(graph, node)
     return count
 
 
@@ -61,7 +64,7 @@ def _constant(graph: Graph, value: float, dtype: str, shape: tuple[int, ...]) ->
 
 
 def _replace(graph: Graph, old: Node, new: Node, dead: list[Node]) -> int:
-    if not replace_value(graph, old.output, new.output):
+    if not replace_value(graph, old.output, new.output, inexact=site(NAME, old)):
         graph.remove(new)
         return 0
     remove_chain(graph, [old, *dead])
@@ -154,8 +157,11 @@ def _matmul(graph: Graph, node: Node) -> int:
     const = _constant(graph, scale, scale_dtype, (1,) * scale_rank)
     mul = new_node(graph, "Mul", [mm.output, const], before=node, created_by=NAME,
                    dtype=node.output.dtype, shape=node.output.shape)
-    if not replace_value(graph, node.output, mul.output):
+    if not replace_value(graph, node.output, mul.output, inexact=site(NAME, node)):
         graph.remove([mul, mm])
         return 0
     remove_chain(graph, [node, *dead])
     return 1
+
+
+_REWRITES = {"Div": _div, "Mul": _mul_mul, "MatMul": _matmul}

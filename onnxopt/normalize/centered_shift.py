@@ -19,6 +19,7 @@ and the two products and the bias difference are read by nothing else.
 from __future__ import annotations
 
 from onnxopt.ir.edit import replace_value
+from onnxopt.ir.exactness import site
 from onnxopt.ir.graph import Graph
 from onnxopt.ir.model import Model
 from onnxopt.ir.node import Node
@@ -37,7 +38,8 @@ NAME = "centered_shift"
 
 def centered_shift(model: Model) -> int:
     """Rewrite ``x·s + (β − mean(x)·s)`` into ``(x − mean(x))·s + β``; return how many."""
-    return sum(_rewrite(graph, node) for graph, node in live_ops(model, "Add"))
+    return sum(_rewrite(graph, node) for graph, node in live_ops(model, "Add")
+               if model.exactness.permits(NAME, node))
 
 
 def _binary(value: Value, reader: Node, op: str) -> Node | None:
@@ -91,7 +93,7 @@ def _rewrite(graph: Graph, add: Node) -> int:
                   shape=broadcast_shape(d.output.shape, s.shape))
     out = new_node(graph, "Add", [ds.output, beta], before=add, created_by=NAME, dtype=dtype,
                    shape=add.output.shape)
-    if not replace_value(graph, add.output, out.output):
+    if not replace_value(graph, add.output, out.output, inexact=site(NAME, add)):
         graph.remove([out, ds, d])
         return 0
     remove_chain(graph, [add, *dead])

@@ -24,6 +24,7 @@ elimination merges the two subtractions.
 from __future__ import annotations
 
 from onnxopt.ir.edit import rename, replace_value
+from onnxopt.ir.exactness import site
 from onnxopt.ir.graph import Graph
 from onnxopt.ir.model import Model
 from onnxopt.ir.node import Node
@@ -44,7 +45,8 @@ NAME = "centered_variance"
 
 def centered_variance(model: Model) -> int:
     """Rewrite clamped one-pass variances into means of centred squares; return how many."""
-    return sum(_rewrite(graph, node) for graph, node in live_ops(model, "Max"))
+    return sum(_rewrite(graph, node) for graph, node in live_ops(model, "Max")
+               if model.exactness.permits(NAME, node))
 
 
 def _clamped(max_node: Node) -> Value | None:
@@ -97,7 +99,7 @@ def _rewrite(graph: Graph, max_node: Node) -> int:
     var = new_node(graph, "ReduceMean", [d2.output, *sq_reduce.inputs[1:]], before=max_node,
                    created_by=NAME, attrs=dict(sq_reduce.attrs), dtype=x.dtype,
                    shape=max_node.output.shape)
-    if not replace_value(graph, max_node.output, var.output):
+    if not replace_value(graph, max_node.output, var.output, inexact=site(NAME, max_node)):
         graph.remove([var, d2, d])
         return 0
     remove_chain(graph, [max_node, sub, sq_reduce, mean_2.producer, squares.producer])

@@ -25,6 +25,7 @@ import numpy as np
 
 from onnxopt.ir.dtypes import numpy_dtype
 from onnxopt.ir.edit import replace_value
+from onnxopt.ir.exactness import site
 from onnxopt.ir.graph import Graph
 from onnxopt.ir.model import Model
 from onnxopt.ir.node import Node
@@ -46,7 +47,8 @@ NAME = "cubic_factored"
 
 def cubic_factored(model: Model) -> int:
     """Factor the linear coefficient out of ``c1·x + c2·x³``; return how many were rewritten."""
-    return sum(_rewrite(graph, node) for graph, node in live_ops(model, "Add"))
+    return sum(_rewrite(graph, node) for graph, node in live_ops(model, "Add")
+               if model.exactness.permits(NAME, node))
 
 
 def cube_of(value: Value) -> Value | None:
@@ -109,7 +111,7 @@ def _factor(graph: Graph, add: Node, x: Value, cube: Value, c1: Value, ratio: fl
                      shape=add.output.shape)
     outer = new_node(graph, "Mul", [inner.output, c1], before=add, created_by=NAME, dtype=dtype,
                      shape=add.output.shape)
-    if not replace_value(graph, add.output, outer.output):
+    if not replace_value(graph, add.output, outer.output, inexact=site(NAME, add)):
         graph.remove([outer, inner, term])
         graph.remove_constant(ratio_value)
         return 0

@@ -63,6 +63,17 @@ PASSES: list[tuple[str, Pass]] = [
     ("cubic_factored", cubic_factored),
 ]
 
+# The passes some of whose rewrites are not bit-exact (each such rewrite a site of
+# onnxopt.ir.exactness, made only where the run's policy permits it): a reciprocal for a
+# division, a regrouped product or sum, another softmax or variance form, a fold by NumPy
+# where ONNX Runtime's kernel rounds otherwise, ``x + 0`` for ``x`` (``-0 + 0`` is ``+0``).
+# Every other pass computes bit for bit what the model did.
+NOT_EXACT = frozenset({
+    "fold_constants", "remove_noops", "canonical_scale", "gemm_unflattened",
+    "softmax_canonical", "where_to_additive", "centered_variance", "centered_shift",
+    "rstd_canonical", "cubic_factored",
+})
+
 
 def run_passes(model: Model, *, debug: bool = False,
                passes: list[tuple[str, Pass]] | None = None) -> dict[str, int]:

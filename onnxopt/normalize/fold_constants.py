@@ -31,7 +31,8 @@ from collections.abc import Callable
 import numpy as np
 
 from onnxopt.evaluation.reference import evaluate_node
-from onnxopt.ir.dtypes import dtype_name, from_numpy, numpy_dtype
+from onnxopt.ir.dtypes import FLOAT_TYPES, dtype_name, from_numpy, numpy_dtype
+from onnxopt.ir.exactness import record, site
 from onnxopt.ir.graph import Graph
 from onnxopt.ir.model import Model
 from onnxopt.ir.node import Node
@@ -47,6 +48,7 @@ MAX_BYTES = 16 * 1024 * 1024
 # turned into float32, a broadcast materialised — and folding is a loss.
 MAX_GROWTH_BYTES = 4096
 
+NAME = "fold_constants"
 NEVER_FOLD = frozenset({
     "RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike", "Multinomial",
     "Bernoulli", "Dropout", "If", "Loop", "Scan", "SequenceConstruct", "SequenceEmpty",
@@ -62,6 +64,19 @@ _GROWING = frozenset({
     "GatherND", "ScatterND", "ScatterElements",
 })
 _NATIVE_KINDS = "biuf"  # NumPy computes these exactly as ORT does; others go to the fallback
+# Ops whose floating-point results are the same bits whoever computes them: IEEE's correctly
+# rounded arithmetic, comparisons and selections, and ops that only move elements. A fold of
+# any other op on floats (Exp, Pow, Tanh, sums, products, MatMul) follows NumPy's order and
+# libm, not ONNX Runtime's kernels: a site of onnxopt.ir.exactness, kept only where what it
+# feeds is fused (elsewhere the node stays, and ONNX Runtime folds it with its own kernels).
+EXACT_FLOAT_FOLDS = frozenset({
+    "Add", "Sub", "Mul", "Div", "Sqrt", "Reciprocal", "Neg", "Abs", "Floor", "Ceil", "Round",
+    "Sign", "Relu", "Min", "Max", "Clip", "ReduceMax", "ReduceMin", "ArgMax", "ArgMin",
+    "Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "IsNaN", "IsInf", "Where",
+    "Identity", "Cast", "CastLike", "Reshape", "Flatten", "Unsqueeze", "Squeeze", "Concat",
+    "Split", "Gather", "Slice", "Transpose", "Expand", "Tile", "Pad", "Trilu", "Range",
+    "ConstantOfShape", "Constant", "Shape", "Size",
+})
 
 
 def fold_constants(model: Model) -> int:
@@ -74,8 +89,18 @@ def fold_constants(model: Model) -> int:
     return count
 
 
+def inexact_fold(node: Node) -> bool:
+    """Whether folding ``node`` may give other bits than ONNX Runtime computes for it."""
+    if node.op_type in EXACT_FLOAT_FOLDS:
+        return False
+    return any(v is not None and v.dtype in FLOAT_TYPES for v in (*node.inputs, *node.outputs))
+
+
 def _try_fold(model: Model, graph: Graph, node: Node) -> bool:
     if node.domain not in STANDARD_DOMAINS or node.op_type in NEVER_FOLD or node.subgraphs():
+        return False
+    inexact = site(NAME, node) if inexact_fold(node) else None
+    if inexact is not None and not model.exactness.permits(NAME, node):
         return False
     outs = node.outputs
     if any(o.is_graph_output for o in outs) or not any(o.num_uses for o in outs):
@@ -114,6 +139,8 @@ def _try_fold(model: Model, graph: Graph, node: Node) -> bool:
     for out, r in zip(outs, arrays):
         if out.num_uses:
             const = graph.add_constant(LazyTensor.from_array(r), hint=out.name)
+            if inexact is not None:
+                record(const, (inexact,))
             graph.replace_all_uses(out, const)
     graph.remove(node)
     return True

@@ -9,8 +9,9 @@ takes the leading axes as they are: the two Reshapes and their shape arithmetic 
 every value keeps dims ONNX Runtime can name
 (its allocation planner is markedly slower on values whose dims it cannot name).
 
-Exact: a Reshape keeps element order, so ``[M, K]`` with ``x``'s ``K`` last holds ``x``'s
-rows in order, and the Gemm's ``A·W + b`` row by row is ``MatMul(x, W) + b``. Taken only
+A Reshape keeps element order, so ``[M, K]`` with ``x``'s ``K`` last holds ``x``'s rows in
+order, and the Gemm's ``A·W + b`` row by row is ``MatMul(x, W) + b`` — exactly without a
+bias; with one, the same sum in another order (a site of :mod:`onnxopt.ir.exactness`). Taken only
 for the plain Gemm (``alpha = beta = 1``, no transposes), a bias that broadcasts along the
 last axis only (``[N]``, ``[1, N]`` or a scalar), both Reshapes read by nothing else, and
 a result whose shape shape inference proves to be ``x``'s leading dims and ``N``.
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 from onnxopt.ir import symdim as sd
 from onnxopt.ir.edit import replace_value
+from onnxopt.ir.exactness import site
 from onnxopt.ir.model import Model
 from onnxopt.ir.node import Node
 from onnxopt.ir.value import Value
@@ -34,6 +36,8 @@ def gemm_unflattened(model: Model) -> int:
         for node in list(graph):
             if node.graph is not graph or not is_op(node, "Gemm"):
                 continue
+            if node.input(2) is not None and not model.exactness.permits(NAME, node):
+                continue
             found = _flattened_linear(node)
             if found is None:
                 continue
@@ -46,7 +50,11 @@ def gemm_unflattened(model: Model) -> int:
             if bias is not None:
                 result = new_node(graph, "Add", [result, bias], before=unflatten,
                                   created_by=NAME, dtype=out.dtype, shape=out.shape).output
-            if not replace_value(graph, out, result):
+            # With a bias, not exact: ONNX Runtime's Gemm adds the bias first and accumulates
+            # the products onto it, block by block of the inner dimension; MatMul then Add
+            # adds it last (the same sum in another order, when ORT does not fuse them back).
+            inexact = site(NAME, node) if bias is not None else None
+            if not replace_value(graph, out, result, inexact=inexact):
                 remove_chain(graph, [n for n in (result.producer, product) if n is not None])
                 continue
             remove_chain(graph, [unflatten, node, flatten])

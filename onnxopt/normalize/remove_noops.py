@@ -25,6 +25,7 @@ import numpy as np
 
 from onnxopt.ir.dtypes import dtype_name
 from onnxopt.ir.edit import replace_value
+from onnxopt.ir.exactness import site
 from onnxopt.ir.graph import Graph
 from onnxopt.ir.model import Model
 from onnxopt.ir.node import Node
@@ -39,6 +40,8 @@ from onnxopt.normalize._common import (
     small_constant,
 )
 
+NAME = "remove_noops"
+
 
 def remove_noops(model: Model) -> int:
     """Forward the readers of every no-op's output to the value it equals; remove the node."""
@@ -51,17 +54,35 @@ def remove_noops(model: Model) -> int:
             if check is None:
                 continue
             same = check(node)
-            if same is not None and _forward(graph, node, same):
+            if same is None:
+                continue
+            inexact = site(NAME, node) if _flips_a_zero(node) else None
+            if inexact is not None and not model.exactness.permits(NAME, node):
+                continue
+            if _forward(graph, node, same, inexact):
                 count += 1
     return count
 
 
-def _forward(graph: Graph, node: Node, same: Value) -> bool:
+def _flips_a_zero(node: Node) -> bool:
+    """``x + 0`` (and ``x - (-0)``) is ``x`` except for one number: ``-0 + 0`` is ``+0``. Only
+    ``x + (-0)`` and ``x - 0`` give ``x`` bit for bit; the others are sites of
+    :mod:`onnxopt.ir.exactness` (kept where the zero's sign cannot reach an output unfused)."""
+    if node.op_type not in ("Add", "Sub"):
+        return False
+    for v in node.inputs:
+        arr = small_constant(v, 1 << 16)
+        if arr is not None and arr.dtype.kind == "f" and arr.size and not np.any(arr):
+            return not np.all(np.signbit(arr) == (node.op_type == "Add"))
+    return False
+
+
+def _forward(graph: Graph, node: Node, same: Value, inexact: str | None) -> bool:
     out = node.outputs[0]
     if any(o.num_uses or o.is_graph_output for o in node.outputs[1:]):
         return False  # e.g. a Dropout mask somebody reads
     upstream = node.inputs[0].producer if node.inputs and node.inputs[0] is not None else None
-    if not replace_value(graph, out, same):
+    if not replace_value(graph, out, same, inexact=inexact):
         return False
     remove_chain(graph, [node] if upstream is None else [node, upstream])
     return True

@@ -22,6 +22,7 @@ than that.
 from __future__ import annotations
 
 from onnxopt.ir.edit import replace_value
+from onnxopt.ir.exactness import site
 from onnxopt.ir.graph import Graph
 from onnxopt.ir.model import Model
 from onnxopt.ir.node import Node
@@ -43,7 +44,10 @@ def rstd_canonical(model: Model) -> int:
     """Spell reciprocal square roots as Reciprocal and apply them before the weight."""
     count = 0
     for graph, node in live_ops(model, "Div", "Mul"):
-        count += _reciprocal(graph, node) if node.op_type == "Div" else _weight_last(graph, node)
+        if node.op_type == "Div":
+            count += _reciprocal(graph, node)  # the same IEEE division: exact
+        elif model.exactness.permits(NAME, node):
+            count += _weight_last(graph, node)  # a regrouped product: not exact
     return count
 
 
@@ -97,7 +101,7 @@ def _reassociate(graph: Graph, outer: Node, inner: Node, d: Value, r: Value, gam
                   shape=broadcast_shape(d.shape, r.shape))
     weighted = new_node(graph, "Mul", [dr.output, gamma], before=outer, created_by=NAME,
                         dtype=dtype, shape=outer.output.shape)
-    if not replace_value(graph, outer.output, weighted.output):
+    if not replace_value(graph, outer.output, weighted.output, inexact=site(NAME, outer)):
         graph.remove([weighted, dr])
         return 0
     remove_chain(graph, [outer, inner])

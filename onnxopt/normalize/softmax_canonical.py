@@ -24,6 +24,7 @@ with ``m`` not the max of ``x`` is simply the second form applied to ``x - m``.
 from __future__ import annotations
 
 from onnxopt.ir.edit import replace_value
+from onnxopt.ir.exactness import site
 from onnxopt.ir.graph import Graph
 from onnxopt.ir.model import Model
 from onnxopt.ir.node import Node
@@ -34,7 +35,10 @@ NAME = "softmax_canonical"
 
 
 def softmax_canonical(model: Model) -> int:
-    """Rewrite decomposed softmaxes into Softmax and mark every Softmax stable."""
+    """Rewrite decomposed softmaxes into Softmax and mark every Softmax stable.
+
+    Marking is exact (a note for the patterns); the rewrite is not (ONNX Runtime's Softmax
+    sums and divides in its own order): a site of :mod:`onnxopt.ir.exactness`."""
     count = 0
     for graph in all_graphs(model):
         for node in graph:
@@ -42,7 +46,7 @@ def softmax_canonical(model: Model) -> int:
                 if node.sem.get("stable") is not True:
                     node.sem["stable"] = True
                     count += 1
-            elif is_op(node, "Div"):
+            elif is_op(node, "Div") and model.exactness.permits(NAME, node):
                 count += _rewrite(graph, node)
     return count
 
@@ -97,7 +101,7 @@ def _replace(graph: Graph, div: Node, x: Value, axis: int, dead: list[Node]) -> 
                        attrs={"axis": int_attr(axis)}, dtype=div.output.dtype,
                        shape=div.output.shape)
     softmax.sem["stable"] = True
-    if not replace_value(graph, div.output, softmax.output):
+    if not replace_value(graph, div.output, softmax.output, inexact=site(NAME, div)):
         graph.remove(softmax)
         return 0
     graph.remove(dead)

@@ -29,6 +29,7 @@ import numpy as np
 
 from onnxopt.ir.dtypes import FLOAT_TYPES, numpy_dtype
 from onnxopt.ir.edit import replace_value
+from onnxopt.ir.exactness import site
 from onnxopt.ir.graph import Graph
 from onnxopt.ir.model import Model
 from onnxopt.ir.node import Node
@@ -49,12 +50,16 @@ THRESHOLD = -1e30
 
 
 def where_to_additive(model: Model) -> int:
-    """Turn Where-selected large negative fills feeding a Softmax into additive masks."""
+    """Turn Where-selected large negative fills feeding a Softmax into additive masks.
+
+    Not exact where ``|x|`` is not negligible against ``c`` (see above): each rewrite is a
+    site of :mod:`onnxopt.ir.exactness`."""
     count = 0
     for graph in all_graphs(model):
         memo: dict[Value, bool] = {}  # keyed by the Value itself: ids of freed values recur
         for node in graph:
-            if is_op(node, "Where") and len(node.inputs) == 3:
+            if is_op(node, "Where") and len(node.inputs) == 3 \
+                    and model.exactness.permits(NAME, node):
                 count += _rewrite(graph, node, memo)
     return count
 
@@ -88,7 +93,7 @@ def _rewrite(graph: Graph, node: Node, memo: dict[Value, bool]) -> int:
                     dtype=x.dtype, shape=broadcast_shape(keep.shape, c.shape))
     add = new_node(graph, "Add", [x, mask.output], before=node, created_by=NAME,
                    dtype=node.output.dtype, shape=node.output.shape)
-    if not replace_value(graph, node.output, add.output):
+    if not replace_value(graph, node.output, add.output, inexact=site(NAME, node)):
         graph.remove([add, mask])
         return 0
     graph.remove(node)

@@ -12,7 +12,8 @@ decomposition, and the records say so:
   is kept by zeroing NaN in the output (exact whenever V is finite). Equal
   numbers of query and key/value heads only; ``…repeat_kv`` repeats K/V heads
   for grouped-query attention.
-- ONNX ``Attention`` (opset 23): BNSH inputs as they are, additive mask,
+- ONNX ``Attention`` (opset 23): BNSH inputs as they are, additive mask (kept one
+  step above the type's lowest number, which ORT reads as "no key"),
   grouped-query heads natively, ``softcap`` applied before the mask (checked in
   ORT 1.31, as the fused op does). Legal only where the model already imports
   opset 23 — onnxopt does not convert a model's opset.
@@ -24,10 +25,13 @@ decomposition, and the records say so:
 
 from __future__ import annotations
 
+import numpy as np
+
 from onnxopt.ir import symdim as sd
+from onnxopt.ir.dtypes import numpy_dtype
 from onnxopt.ir.node import Node
 from onnxopt.legality.target import Target
-from onnxopt.select._emit import i64, zero_nan
+from onnxopt.select._emit import i64, scalar, zero_nan
 from onnxopt.select.kernel import BOTH_PROVIDERS, MS_DOMAIN, Kernel
 from onnxopt.select.layout import packed_heads
 from onnxopt.select.registry import register_loader
@@ -139,11 +143,29 @@ def _emit_attention23(b, node: Node, target: Target):
     # ORT's Attention wants the mask's query rows spelled out (no broadcast over them), as
     # MultiHeadAttention does: a scalar, per-key or per-batch bias is expanded to [.., S, L].
     caps = {"softcap": float(cap)} if (cap := node.attr("softcap", 0.0)) else {}
-    out = b.op("Attention", q, k, v, attention_bias(b, node),
+    out = b.op("Attention", q, k, v, _above_lowest(b, attention_bias(b, node), q.dtype),
                scale=float(node.attr("scale", 1.0)), **caps)
     if node.attr("nan_to_zero", 0):
         out = zero_nan(b, out, q.dtype)
     return [out]
+
+
+def _above_lowest(b, mask, dtype: str | None):
+    """The mask with the type's lowest number moved one step up: ONNX Runtime's Attention (1.31,
+    CPU) reads exactly that number (``finfo.min``, what Hugging Face masks fill with) as "no
+    key", and gives a query row masked so everywhere zeros instead of the softmax's uniform
+    average (the decomposition's, and the model's own). One step above it, the sums round the
+    same way for every other row (``exp`` of either is 0 beside any visible key), and a row
+    masked everywhere stays a row of equal scores. ``-inf`` and every other value are kept;
+    a mask holding both the lowest number and the next above it in one such row is the only
+    case this merges."""
+    if mask is None:
+        return None
+    dt = numpy_dtype(dtype or "float32")
+    lowest = np.finfo(dt).min
+    above = np.nextafter(lowest, dt.type(0), dtype=dt)
+    return b.op("Where", b.op("Equal", mask, scalar(b, float(lowest), dtype, "lowest")),
+                scalar(b, float(above), dtype, "above_lowest"), mask)
 
 
 def _gqa_requires(node: Node, target: Target) -> str | None:
