@@ -74,7 +74,7 @@ class OutputDiff:
     @property
     def result(self) -> str:
         if not self.compared:
-            return f"not compared: {self.not_compared}"
+            return "not compared"  # why: in the report's notes
         return "bitwise equal" if self.bitwise else ("ok" if self.ok else "MISMATCH")
 
     def to_json(self) -> dict:
@@ -123,10 +123,10 @@ class VerifyReport:
         if self.seeded:
             lines.append(f"random ops run with the same seed in both models: "
                          f"{', '.join(self.seeded)}")
+        lines += [f"{o.name}: not compared: {o.not_compared}" for o in self.outputs
+                  if not o.compared]
         if self.runs and self.compared_runs < len(self.runs):
             lines.append(f"compared on {self.compared_runs} of {len(self.runs)} runs")
-        if self.outputs and not any(o.compared for o in self.outputs):
-            lines.append("no output could be compared (each depends on a random op)")
         if self.unverified:
             lines.append(f"not verified: {self.unverified}")
         if self.saved_inputs:
@@ -310,14 +310,19 @@ def _account_for(report: VerifyReport, folder: WorkFolder, crash: NativeCrash | 
                              f" ({report.compared_runs} runs compared before)")
     else:
         report.fails = report.fails or (f"the optimized model crashes ONNX Runtime "
-                                        f"({_how(crash)}) {where}, where the original runs")
+                                        f"({_death(crash)}) {where}, where the original runs")
 
 
 def _how(crash: NativeCrash) -> str:
-    how = str(crash).split("(", 1)[-1].rstrip(")")
-    if "SIGKILL" in how:
-        return f"was killed ({how}: out of memory, or stopped from outside)"
-    return f"crashed ({how})"
+    death = _death(crash)
+    if "SIGKILL" in death:
+        return f"was killed ({death}: out of memory, or stopped from outside)"
+    return f"crashed ({death})"
+
+
+def _death(crash: NativeCrash) -> str:
+    """How the child died, from :class:`NativeCrash`'s words: "signal SIGKILL", "exit code 1"."""
+    return str(crash).split("(", 1)[-1].rstrip(")")
 
 
 def _diff(name: str, dtype: str, rtol: float | None, atol: float, compute: float,

@@ -181,10 +181,14 @@ def save_input_files(directory: str, sets: list[dict[str, np.ndarray]]) -> list[
     inputs, so ``--inputs`` reads them back), each file written whole and then renamed into
     place; the paths written."""
     paths = []
-    for k, feeds in enumerate(sets, start=1):
-        path = os.path.join(directory, f"run{k}.npz")
-        write_npz(path, feeds)
-        paths.append(path)
+    try:
+        os.makedirs(directory, exist_ok=True)
+        for k, feeds in enumerate(sets, start=1):
+            path = os.path.join(directory, f"run{k}.npz")
+            write_npz(path, feeds)
+            paths.append(path)
+    except OSError as e:
+        raise UsageError(f"--save-inputs {directory}: cannot write: {e.strerror or e}") from None
     return paths
 
 
