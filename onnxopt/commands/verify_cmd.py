@@ -90,7 +90,7 @@ def verify(original: str, optimized: str, runs: int, seed: int, rtol: float | No
         report = verify_isolated(original, optimized, runs=runs, seed=seed, rtol=rtol,
                                  atol=atol, save_inputs=save_inputs, **given)
     except NotVerified as e:
-        if not to_stdout:
+        if not to_stdout and e.report.runs:
             print_verify(e.report)
         _write(json_path, e.report.to_json() | {"error": str(e)})
         raise

@@ -157,3 +157,12 @@ def test_the_command_prints_and_writes_what_it_knows_when_killed(write_model, tm
     assert data["ok"] is False and data["compared_runs"] == 1
     assert data["unverified"].startswith("ONNX Runtime was killed")
     assert data["error"] == err.removeprefix("onnxopt: error: ").rstrip("\n")
+
+
+def test_optimize_verify_prints_what_it_knows_when_killed(write_model, tmp_path, cli,
+                                                          monkeypatch):
+    monkeypatch.setattr(compare, "_in_child", _children(optimized_child=_killed_after_one_run))
+    rc, out, err = cli("optimize", write_model(MODEL), "-o", tmp_path / "o.onnx", "--verify")
+    assert rc == 1 and err.count("\n") == 1
+    assert err.startswith("onnxopt: error: could not verify: ONNX Runtime was killed")
+    assert "compared on 1 of 2 runs" in out and "verify: not verified" in out
