@@ -92,7 +92,7 @@ def verify(original: str, optimized: str, runs: int, seed: int, rtol: float | No
     except NotVerified as e:
         if not to_stdout and e.report.runs:
             print_verify(e.report)
-        _write(json_path, e.report.to_json() | {"error": str(e)})
+        _write(json_path, e.report.to_json() | {"error": str(e), "exit_code": e.exit_code})
         raise
     except OnnxoptError as e:
         _write(json_path, {"ok": False, "error": str(e), "exit_code": e.exit_code})
