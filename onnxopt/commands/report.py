@@ -188,8 +188,8 @@ def print_verify(report: VerifyReport) -> None:
     for col in ("output", "dtype", "max abs", "max rel", "tolerance", "result"):
         table.add_column(col, justify="right" if col.startswith(("max", "tol")) else "left")
     for o in report.outputs:
-        table.add_row(o.name, o.dtype, f"{o.max_abs:.3g}", f"{o.max_rel:.3g}", f"{o.tolerance:g}",
-                      o.result)
+        errors = (f"{o.max_abs:.3g}", f"{o.max_rel:.3g}") if o.compared else ("-", "-")
+        table.add_row(o.name, o.dtype, *errors, f"{o.tolerance:g}", o.result)
     out.print(table)
     shapes = "; ".join(", ".join(f"{k}{list(v)}" for k, v in run.items()) for run in report.runs)
     out.print(f"runs: {shapes}")

@@ -257,8 +257,11 @@ def _original_runs(original, providers, folder: WorkFolder, job: OriginalJob, ca
     try:
         return call(run_original, original, providers, folder.path, job)
     except NativeCrash as e:
-        done = sum(1 for k in range(job.runs + 1 + job.given)
-                   if folder.has(folder.file(k, "expected")))
+        done = 0
+        while folder.has(folder.file(done, "expected")):  # the runs it finished
+            feeds = folder.read(folder.file(done, "feeds"))
+            report.runs.append({n: tuple(np.shape(a)) for n, a in feeds.items()})
+            done += 1
         where = (f"running the original model (after {done} runs)"
                  if folder.marked("original.loaded") else "loading the original model")
         raise NotVerified(f"could not verify: ONNX Runtime {_how(e)} {where}", report) from None
@@ -303,12 +306,14 @@ def _account_for(report: VerifyReport, folder: WorkFolder, crash: NativeCrash | 
         return
     done = report.compared_runs + sum(1 for k in range(len(report.runs))
                                       if folder.has(folder.file(k, "failed")))
-    where = (f"on run {done + 1} of {len(report.runs)}"
-             if folder.marked("optimized.loaded") else "loading it")
+    loaded = folder.marked("optimized.loaded")
     if "SIGKILL" in str(crash):
-        report.unverified = (f"ONNX Runtime {_how(crash)} running the optimized model {where}"
-                             f" ({report.compared_runs} runs compared before)")
+        where = (f"running the optimized model on run {done + 1} of {len(report.runs)}"
+                 if loaded else "loading the optimized model")
+        report.unverified = (f"ONNX Runtime {_how(crash)} {where} ({report.compared_runs} runs "
+                             "compared before)")
     else:
+        where = f"on run {done + 1} of {len(report.runs)}" if loaded else "loading it"
         report.fails = report.fails or (f"the optimized model crashes ONNX Runtime "
                                         f"({_death(crash)}) {where}, where the original runs")
 

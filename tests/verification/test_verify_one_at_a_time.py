@@ -126,6 +126,32 @@ def test_a_killed_optimized_model_still_reports_what_was_compared(make_model):
     assert "compared on 1 of 3 runs" in report.notes()
 
 
+def test_an_optimized_model_killed_while_loading_says_so(make_model):
+    with pytest.raises(NotVerified) as caught:
+        compare._verify(make_model(MODEL), make_model(MODEL),
+                        _children(optimized_child=_killed_loading), {"runs": 2})
+    assert str(caught.value) == (
+        "could not verify: ONNX Runtime was killed (signal SIGKILL: out of memory, or stopped "
+        "from outside) loading the optimized model (0 runs compared before)")
+    assert len(caught.value.report.runs) == 2 and caught.value.report.compared_runs == 0
+
+
+def _original_killed_after_one_run(fn, model, providers, folder, job):
+    """The original's child, killed once it has written its first run."""
+    import dataclasses
+
+    fn(model, providers, folder, dataclasses.replace(job, runs=1, long_sequence=None))
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def test_an_original_killed_running_keeps_the_runs_it_finished(make_model):
+    with pytest.raises(NotVerified) as caught:
+        compare._verify(make_model(MODEL), make_model(MODEL),
+                        _children(original_child=_original_killed_after_one_run), {"runs": 3})
+    assert str(caught.value).endswith("running the original model (after 1 runs)")
+    assert caught.value.report.runs == [{"x": (1, 7)}]
+
+
 def test_a_crashing_optimized_model_is_a_failure_not_a_kill(make_model):
     report = compare._verify(make_model(MODEL), make_model(MODEL),
                              _children(optimized_child=_aborted_after_one_run), {"runs": 2})
