@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 
 import onnx
-from onnx import ModelProto
+from onnx import ModelProto, numpy_helper
 
 BATCH, SPATIAL, OTHER = "batch", "spatial", "other"
 _BATCH_NAMES = {"n", "b", "bs", "nb"}
@@ -157,8 +157,6 @@ def _ints(node: onnx.NodeProto, name: str) -> list[int]:
 
 def _small_constants(model: ModelProto) -> dict[str, list[int]]:
     """Integer initializers and ``Constant`` values of up to 8 elements, as lists."""
-    from onnx import numpy_helper
-
     out: dict[str, list[int]] = {}
     tensors = [(t.name, t) for t in model.graph.initializer]
     tensors += [(n.output[0], a.t) for n in model.graph.node if n.op_type == "Constant"
