@@ -19,7 +19,7 @@ from onnxopt.commands.verify_cmd import inputs_options, verify_inputs
 from onnxopt.errors import UsageError, VerificationError
 from onnxopt.options import OptimizeOptions
 from onnxopt.safeguard import optimize_guarded
-from onnxopt.verification import verify_isolated
+from onnxopt.verification import NotVerified, verify_isolated
 
 
 def default_output(path: str) -> str:
@@ -118,7 +118,12 @@ def optimize(model: str, output: str | None, json_path: str | None, do_verify: b
     if do_verify:
 
         given = verify_inputs(inputs, shapes)
-        verify_report = verify_isolated(model, output, **given)
+        try:
+            verify_report = verify_isolated(model, output, **given)
+        except NotVerified as e:  # a model killed, nothing comparable: still say what ran
+            if not quiet and e.report.runs:
+                print_verify(e.report)
+            raise
         data["verify"] = verify_report.to_json()
         if do_bisect and not verify_report.ok:
 

@@ -188,9 +188,8 @@ def print_verify(report: VerifyReport) -> None:
     for col in ("output", "dtype", "max abs", "max rel", "tolerance", "result"):
         table.add_column(col, justify="right" if col.startswith(("max", "tol")) else "left")
     for o in report.outputs:
-        result = "bitwise equal" if o.bitwise else ("ok" if o.ok else "MISMATCH")
-        table.add_row(o.name, o.dtype, f"{o.max_abs:.3g}", f"{o.max_rel:.3g}", f"{o.tolerance:g}",
-                      result)
+        errors = (f"{o.max_abs:.3g}", f"{o.max_rel:.3g}") if o.compared else ("-", "-")
+        table.add_row(o.name, o.dtype, *errors, f"{o.tolerance:g}", o.result)
     out.print(table)
     shapes = "; ".join(", ".join(f"{k}{list(v)}" for k, v in run.items()) for run in report.runs)
     out.print(f"runs: {shapes}")
@@ -200,4 +199,7 @@ def print_verify(report: VerifyReport) -> None:
         out.print(f"long-sequence run skipped: {report.long_run_skipped}")
     if report.fails:
         out.print(report.fails)
-    out.print("verify: " + ("ok" if report.ok else "FAILED"))
+    for line in report.notes():
+        out.print(line, markup=False)
+    out.print("verify: " + ("ok" if report.ok else "not verified" if report.unverified
+                            else "FAILED"))

@@ -73,6 +73,42 @@ def test_accumulate(a, b, abs_, rel, ok):
     assert (diff.max_abs, diff.max_rel, diff.ok) == (abs_, rel, ok)
 
 
+@pytest.mark.parametrize("a, b, rtol, atol, ok", [
+    # 0.02 off on 100: rtol 1e-4 allows 0.01; with atol 0.01 the sum allows 0.02
+    (np.array([100.0], np.float32), np.array([100.02], np.float32), 1e-4, 0.0, False),
+    (np.array([100.0], np.float32), np.array([100.02], np.float32), 1e-4, 0.011, True),
+    # near zero, relative error alone fails whatever the rtol; atol passes it
+    (np.array([0.0, 1e-6], np.float32), np.array([1e-5, 1e-6], np.float32), 1e-2, 0.0, False),
+    (np.array([0.0, 1e-6], np.float32), np.array([1e-5, 1e-6], np.float32), 0.0, 1e-4, True),
+    # an infinity only one side has is a mismatch, not a skipped element
+    (np.array([np.inf, 1.0], np.float32), np.array([1.0, 1.0], np.float32), 1e-4, 1.0, False),
+    (np.array([np.inf, 1.0], np.float32), np.array([np.inf, 1.0], np.float32), 1e-4, 0.0, True),
+    (np.array(["a", "b"]), np.array(["a", "c"]), 1e-4, 1.0, False),
+    (np.array(["a", "b"]), np.array(["a", "b"]), 0.0, 0.0, True),
+])
+def test_atol_and_rtol_per_run(a, b, rtol, atol, ok):
+    diff = OutputDiff("o", str(a.dtype), tolerance=rtol, atol=atol)
+    _accumulate(diff, a, b)
+    assert diff.ok is ok
+
+
+def test_every_run_must_be_within_tolerance():
+    """A run far within tolerance does not excuse one beyond it (the bound is per run)."""
+    diff = OutputDiff("o", "float32", tolerance=0.0, atol=0.01)
+    _accumulate(diff, np.array([1.0], np.float32), np.array([1.0], np.float32))
+    _accumulate(diff, np.array([1.0], np.float32), np.array([1.5], np.float32))
+    _accumulate(diff, np.array([1.0], np.float32), np.array([1.0], np.float32))
+    assert not diff.ok and diff.max_abs == 0.5
+
+
+def test_atol_reaches_the_report(make_model):
+    report = onnxopt.verify(_with_weight(make_model, 1.0), _with_weight(make_model, 1.001),
+                            rtol=0.0, atol=0.01)
+    assert report.ok and report.to_json()["outputs"][0]["atol"] == 0.01
+    assert not onnxopt.verify(_with_weight(make_model, 1.0), _with_weight(make_model, 1.001),
+                              rtol=0.0, atol=1e-4).ok
+
+
 def test_different_outputs_are_refused(make_model):
     other = make_model(ADD_W.replace("y", "z"))
     with pytest.raises(ModelError, match=r"the models have different outputs: \['y'\] vs \['z'\]"):
