@@ -61,8 +61,9 @@ def optimize_guarded(source: str | ModelProto, options: OptimizeOptions,
     passes carries it (``staged``) for the writer to put in place, one that fails does not.
 
     Where something was held back, the report's ``safeguard`` entry lists what was lost
-    (``lost``: one entry per unit held back, :func:`loss`) and the fusion report of the
-    result says held back, with the reason, at each region it did not fuse for that."""
+    (``lost``: :func:`loss`, one entry per unit held back and one per fusion the result lost
+    with them) and the fusion report of the result says so, with the reason, at each region
+    it did not fuse for that."""
     guard = _Guard(source, options, stage)
     first, problems = guard.attempt(frozenset(), progress)
     if not problems:
@@ -74,9 +75,8 @@ def optimize_guarded(source: str | ModelProto, options: OptimizeOptions,
     units = units_of(first, options)
     result, held, fallback = guard.search(units)
     reasons = {unit: guard.reason(unit, problems[0]) for unit in held}
-    made = _regions(first)
-    lost = [loss(unit, reasons[unit], made.get(unit)) for unit in units if unit in held]
-    _say_held_back(result, first, reasons)
+    lost = _losses(first, result, units, held, reasons, fallback)
+    _say_held_back(result, first, reasons, lost)
     result.report.stage_seconds["safeguard"] = time.perf_counter() - start
     result.report.stages["safeguard"] = {
         "checks": "failed, then passed" if fallback != "original" else "failed",
@@ -92,14 +92,18 @@ def explain_guarded(source: str | ModelProto, options: OptimizeOptions,
     return explain_model(optimize_guarded(source, options), rule)
 
 
-def loss(unit: str, reason: str, region: Region | None = None) -> dict:
+def loss(unit: str, reason: str, region: Region | None = None, *, held_back: bool = True
+         ) -> dict:
     """What holding ``unit`` back lost, for the report: ``kind`` ("fusion": one region of a
     rule; "pass": a normalization pass, for the whole model; "rule": every region of a rule),
     ``rule`` and ``root`` (the node the region ends at) where they apply, ``pass``, ``lost``
-    (in words) and ``reason`` (the problem the result had with it)."""
+    (in words), ``reason`` (the problem the result had with it) and ``held_back``: ``False``
+    for a fusion that was not itself held back, lost as another unit was (a pass its match
+    needs)."""
     kind, _, what = unit.partition(":")
     entry = {"unit": unit, "kind": {"fuse": "fusion"}.get(kind, kind), "rule": None,
-             "root": None, "pass": None, "lost": describe(unit), "reason": reason}
+             "root": None, "pass": None, "lost": describe(unit), "reason": reason,
+             "held_back": held_back}
     if kind == "fuse":
         entry["rule"], _, entry["root"] = what.partition("@")
         size = f" ({region.nodes} nodes)" if region is not None and region.nodes else ""
@@ -109,6 +113,23 @@ def loss(unit: str, reason: str, region: Region | None = None) -> dict:
     else:
         entry["rule"] = what
     return entry
+
+
+def _losses(first: OptimizeResult | None, result: OptimizeResult, units: list[str],
+            held: frozenset[str], reasons: dict[str, str], fallback: str) -> list[dict]:
+    """Each unit held back, then each fusion of the first run that the result lacks though its
+    own unit was given back (a held-back pass or rule kept it from matching)."""
+    made = _regions(first)
+    lost = [loss(unit, reasons[unit], made.get(unit)) for unit in units if unit in held]
+    kept = _regions(result) if fallback == "partial" else {}
+    wider = [unit for unit in units if unit in held and not unit.startswith("fuse:")]
+    for unit, region in made.items():
+        if unit in held or unit in kept:
+            continue
+        because = "; ".join(f"{describe(w)} was held back: {reasons[w]}" for w in wider)
+        lost.append(loss(unit, f"not fused once {because}" if because else
+                         "not fused in the run the safeguard kept", region, held_back=False))
+    return lost
 
 
 def safeguard_lines(summary: dict) -> list[str]:
@@ -153,8 +174,8 @@ def _regions(result: OptimizeResult | None) -> dict[str, Region]:
 
 
 def _say_held_back(result: OptimizeResult, first: OptimizeResult | None,
-                   reasons: dict[str, str]) -> None:
-    """Make ``result``'s fusion report say why each region held back was not fused. A fallback
+                   reasons: dict[str, str], lost: list[dict]) -> None:
+    """Make ``result``'s fusion report say why each region it lost was not fused. A fallback
     without fusion (the round trip, the input as it was) has none of its own: the first run's
     regions stand for it, each that was fused now held back."""
     fused = result.report.stages.get("fuse")
@@ -166,12 +187,16 @@ def _say_held_back(result: OptimizeResult, first: OptimizeResult | None,
         for r in fused.regions:
             if r.status == "fused":
                 r.status, r.detail = "refused", HELD_BACK
+    knock_on = {e["unit"]: e["reason"] for e in lost if not e["held_back"]}
     for r in fused.regions:
+        unit = f"fuse:{r.rule}@{r.root}"
         if r.status == "refused" and r.detail == HELD_BACK:
-            reason = (reasons.get(f"fuse:{r.rule}@{r.root}") or reasons.get(f"rule:{r.rule}")
+            reason = (reasons.get(unit) or reasons.get(f"rule:{r.rule}")
                       or next(iter(reasons.values()), None))
             if reason:
                 r.detail = f"held back by the safeguard: with this fusion, {reason}"
+        elif r.status != "fused" and unit in knock_on:
+            r.detail = f"{r.detail} (fused before the safeguard's hold-back: {knock_on[unit]})"
 
 
 class _Guard:
@@ -267,6 +292,13 @@ class _Guard:
             if not problems:
                 return result, everything, "round trip"
             return self._original(), everything, "original"
+        # Fusions first: where holding back every fusion region (and no pass) is enough, the
+        # search keeps to them. A pass held back loses every fusion its form enables (a
+        # Transpose folded into MatMul is what attention matches), so it would pass the
+        # checks with one unit held back where the culprits were fusions.
+        fusions = [u for u in units if u.startswith("fuse:")]
+        if 0 < len(fusions) < len(units) and not self.attempt(frozenset(fusions))[1]:
+            units = fusions
         held = minimal_hold(units, lambda hold: not self.attempt(frozenset(hold))[1],
                             self._kept_by)
         result, _ = self.attempt(frozenset(held))
