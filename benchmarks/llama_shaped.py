@@ -12,8 +12,8 @@ always random, so no norm weight is the all-ones one normalization removes.
         --intermediate 11008 --vocab 32000 --optimize
 
 ``--optimize`` then runs ``onnxopt optimize`` on it and prints its wall time and peak RSS
-(the command and its children: the largest one, and the largest sum over the process tree,
-sampled every 20 ms). The test of the checks at size (tests/verification/
+(the command and its children: the largest one's resident set, and the largest sum of
+proportional set sizes over the process tree, sampled every 20 ms). The test of the checks at size (tests/verification/
 test_checks_at_size.py) builds a smaller one with :func:`build` and measures with
 :func:`measure`.
 """
@@ -24,7 +24,6 @@ import argparse
 import json
 import math
 import os
-import resource
 import subprocess
 import sys
 import threading
@@ -240,8 +239,8 @@ def build(folder: str, s: Shape, *, dtype: int = TensorProto.FLOAT16, fill: str 
 @dataclass
 class Measured:
     """One command's wall time and peak memory: ``max_rss`` the largest resident set of the
-    command or any child it waited for (getrusage), ``tree_rss`` the largest sum of resident
-    sets over the command's process tree at once (sampled)."""
+    command or any child it waited for (getrusage), ``tree_rss`` the largest sum of
+    proportional set sizes over the command's process tree at once (sampled)."""
 
     seconds: float
     max_rss: int
@@ -282,26 +281,36 @@ def measure(argv: list[str], env: dict | None = None, interval: float = 0.02) ->
 
 
 def _tree_rss(root: int) -> int:
-    """The summed resident set (bytes) of ``root`` and its descendants, from /proc."""
+    """The summed proportional set size (bytes) of ``root`` and its descendants, from /proc: a
+    page shared by several of them (a forked child's, copy-on-write) counts once in all, where
+    their resident sets would count it in each."""
     children: dict[int, list[int]] = {}
-    rss: dict[int, int] = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
         try:
             with open(f"/proc/{entry}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:
+                parent = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
             continue
-        pid = int(entry)
-        children.setdefault(int(fields[1]), []).append(pid)
-        rss[pid] = int(fields[21]) * resource.getpagesize()
+        children.setdefault(parent, []).append(int(entry))
     total, stack = 0, [root]
     while stack:
         pid = stack.pop()
-        total += rss.get(pid, 0)
+        total += _pss(pid)
         stack.extend(children.get(pid, ()))
     return total
+
+
+def _pss(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as f:
+            for line in f:
+                if line.startswith("Pss:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError):
+        pass
+    return 0
 
 
 def main() -> None:
