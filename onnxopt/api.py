@@ -17,8 +17,8 @@ from onnxopt.bisection import bisect as run_bisect
 from onnxopt.errors import UsageError
 from onnxopt.exporter.save import inline_external, save_model, stage_bytes
 from onnxopt.options import OptimizeOptions
-from onnxopt.pipeline import OptimizeResult, explain_model
-from onnxopt.safeguard import optimize_guarded
+from onnxopt.pipeline import OptimizeResult
+from onnxopt.safeguard import explain_guarded, optimize_guarded
 from onnxopt.verification import VerifyReport, verify_models
 
 
@@ -79,11 +79,12 @@ def bisect(model: str | os.PathLike | ModelProto, output: str | os.PathLike | No
 
 
 def explain(model: str | os.PathLike | ModelProto, **option_kwargs: Any):
-    """Every candidate region with what matched and why it was or was not fused."""
+    """Every candidate region with what matched and why it was or was not fused (held back by
+    the safeguard included: what ``optimize`` would write)."""
 
     options = OptimizeOptions(**_option_kwargs(option_kwargs))
     source = os.fspath(model) if isinstance(model, (str, os.PathLike)) else model
-    return explain_model(source, options)
+    return explain_guarded(source, options)
 
 
 def check_output_path(source: str | None, output: str) -> None:

@@ -32,12 +32,15 @@ def units_of(result: OptimizeResult | None, options: OptimizeOptions) -> list[st
     return units
 
 
-def minimal_hold(units: list[str], good: Callable[[list[str]], bool]) -> list[str]:
+def minimal_hold(units: list[str], good: Callable[[list[str]], bool],
+                 kept_by: dict[str, list[str]] | None = None) -> list[str]:
     """Give units back in halves while the result stays good; return those still held.
 
     Starts from everything held (known good). A half whose release keeps the result
     good is released at once; one that does not is split, down to single units. One
-    culprit among n units costs about 2·log2(n) runs.
+    culprit among n units costs about 2·log2(n) runs. ``kept_by``, where given, is filled
+    with the evidence for each unit still held: the hold whose run, with that unit alone
+    given back, was not good (its problem is why the unit stays held).
     """
     held = list(units)
 
@@ -49,6 +52,8 @@ def minimal_hold(units: list[str], good: Callable[[list[str]], bool]) -> list[st
             held[:] = trial
             return
         if len(group) == 1:
+            if kept_by is not None:
+                kept_by[group[0]] = trial
             return
         mid = len(group) // 2
         release(group[:mid])

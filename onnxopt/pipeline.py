@@ -312,32 +312,33 @@ def fuse_and_settle(model: Model, options: OptimizeOptions) -> FusionReport | No
 
 @dataclass
 class Explanation:
-    """What ``onnxopt explain`` shows: every candidate region, and every kernel choice."""
+    """What ``onnxopt explain`` shows: every candidate region, every kernel choice, and what
+    the safeguard held back (its report entry; ``None`` where it was not asked)."""
 
     fusion: FusionReport
     selection: SelectReport | None
+    safeguard: dict | None = None
 
     def to_json(self) -> dict:
         return {"fusion": self.fusion.to_json(),
-                "selection": self.selection.to_json() if self.selection else None}
+                "selection": self.selection.to_json() if self.selection else None,
+                "safeguard": _jsonable(self.safeguard)}
 
 
-def explain_model(source: str | ModelProto, options: OptimizeOptions,
-                  rule: str | None = None) -> Explanation:
-    """The stages of ``optimize`` up to selection, so what it says is exactly what ``optimize``
-    would do; nothing is written."""
-    stages = OptimizeReport(source="")
-    model = confined_fusion(import_model(source), options, lambda _name, fn: fn(), stages,
-                            reimport=lambda: import_model(source))
-    report = stages.stages.get("fuse") or FusionReport()
-    selection = select.run(model, options)
+def explain_model(result: OptimizeResult, rule: str | None = None) -> Explanation:
+    """What a run of ``optimize`` did, from its report: the result the safeguard passed
+    (:func:`onnxopt.safeguard.explain_guarded`), so what ``explain`` says is what the written
+    file holds — a region the safeguard held back is refused there, with its reason."""
+    stages = result.report.stages
+    report = stages.get("fuse") or FusionReport()
+    selection = stages.get("select")
     if rule:
         report = FusionReport([r for r in report.regions if r.rule == rule])
         if selection is not None:
             # fused nodes are named "<rule>/<op>" by the rewrite builder
             selection.selections = [s for s in selection.selections
                                     if s.node.split("/")[0] == rule]
-    return Explanation(report, selection)
+    return Explanation(report, selection, stages.get("safeguard"))
 
 
 def _jsonable(v: Any) -> Any:

@@ -29,10 +29,25 @@ from onnx import ModelProto
 
 from onnxopt import evaluation
 from onnxopt.exporter.save import StagedFile
-from onnxopt.holdback import minimal_hold, units_of
-from onnxopt.importer.load import read_model_proto, read_model_with_data, tensor_bytes
+from onnxopt.fuse import HELD_BACK, FusionReport, Region
+from onnxopt.holdback import describe, minimal_hold, units_of
+from onnxopt.importer.load import (
+    has_external_data,
+    map_model_file,
+    read_model_proto,
+    read_model_with_data,
+    tensor_bytes,
+)
 from onnxopt.options import OptimizeOptions
-from onnxopt.pipeline import OptimizeResult, Progress, StageFailure, run_pipeline
+from onnxopt.pipeline import (
+    Explanation,
+    OptimizeResult,
+    Progress,
+    StageFailure,
+    explain_model,
+    run_pipeline,
+)
+from onnxopt.verification import loadable
 from onnxopt.verification.loadable import Fitness, file_fitness, fitness, serialized_parts
 
 Attempt = tuple["OptimizeResult | None", list[str]]
@@ -43,7 +58,12 @@ def optimize_guarded(source: str | ModelProto, options: OptimizeOptions,
                      stage: Callable[[list[bytes]], StagedFile] | None = None) -> OptimizeResult:
     """:func:`onnxopt.pipeline.run_pipeline`, with the safeguard around it. ``stage`` writes
     the first result's bytes beside the output, and its checks load that file; a result that
-    passes carries it (``staged``) for the writer to put in place, one that fails does not."""
+    passes carries it (``staged``) for the writer to put in place, one that fails does not.
+
+    Where something was held back, the report's ``safeguard`` entry lists what was lost
+    (``lost``: :func:`loss`, one entry per unit held back and one per fusion the result lost
+    with them) and the fusion report of the result says so, with the reason, at each region
+    it did not fuse for that."""
     guard = _Guard(source, options, stage)
     first, problems = guard.attempt(frozenset(), progress)
     if not problems:
@@ -54,11 +74,129 @@ def optimize_guarded(source: str | ModelProto, options: OptimizeOptions,
     start = time.perf_counter()
     units = units_of(first, options)
     result, held, fallback = guard.search(units)
+    reasons = {unit: guard.reason(unit, problems[0]) for unit in held}
+    lost = _losses(first, result, units, held, reasons, fallback)
+    _say_held_back(result, first, reasons, lost)
     result.report.stage_seconds["safeguard"] = time.perf_counter() - start
     result.report.stages["safeguard"] = {
         "checks": "failed, then passed" if fallback != "original" else "failed",
-        "problem": problems[0], "held_back": sorted(held), "fallback": fallback}
+        "problem": problems[0], "held_back": sorted(held), "fallback": fallback, "lost": lost}
     return result
+
+
+def explain_guarded(source: str | ModelProto, options: OptimizeOptions,
+                    rule: str | None = None) -> Explanation:
+    """``onnxopt explain``: the run ``optimize`` makes, safeguard and all (nothing is written),
+    told region by region (:func:`onnxopt.pipeline.explain_model`). Run without the
+    safeguard, explain said "fused" of regions that ``optimize`` then held back."""
+    return explain_model(optimize_guarded(source, options), rule)
+
+
+def loss(unit: str, reason: str, region: Region | None = None, *, held_back: bool = True
+         ) -> dict:
+    """What holding ``unit`` back lost, for the report: ``kind`` ("fusion": one region of a
+    rule; "pass": a normalization pass, for the whole model; "rule": every region of a rule),
+    ``rule`` and ``root`` (the node the region ends at) where they apply, ``pass``, ``lost``
+    (in words), ``reason`` (the problem the result had with it) and ``held_back``: ``False``
+    for a fusion that was not itself held back, lost as another unit was (a pass its match
+    needs)."""
+    kind, _, what = unit.partition(":")
+    entry = {"unit": unit, "kind": {"fuse": "fusion"}.get(kind, kind), "rule": None,
+             "root": None, "pass": None, "lost": describe(unit), "reason": reason,
+             "held_back": held_back}
+    if kind == "fuse":
+        entry["rule"], _, entry["root"] = what.partition("@")
+        size = f" ({region.nodes} nodes)" if region is not None and region.nodes else ""
+        entry["lost"] = f"the {entry['rule']} fusion at node {entry['root']}{size}"
+    elif kind == "pass":
+        entry["pass"] = what
+    else:
+        entry["rule"] = what
+    return entry
+
+
+def _losses(first: OptimizeResult | None, result: OptimizeResult, units: list[str],
+            held: frozenset[str], reasons: dict[str, str], fallback: str) -> list[dict]:
+    """Each unit held back, then each fusion of the first run that the result lacks though its
+    own unit was given back (a held-back pass or rule kept it from matching)."""
+    made = _regions(first)
+    lost = [loss(unit, reasons[unit], made.get(unit)) for unit in units if unit in held]
+    kept = _regions(result) if fallback == "partial" else {}
+    wider = [unit for unit in units if unit in held and not unit.startswith("fuse:")]
+    for unit, region in made.items():
+        if unit in held or unit in kept:
+            continue
+        because = "; ".join(f"{describe(w)} was held back: {reasons[w]}" for w in wider)
+        lost.append(loss(unit, f"not fused once {because}" if because else
+                         "not fused in the run the safeguard kept", region, held_back=False))
+    return lost
+
+
+def safeguard_lines(summary: dict) -> list[str]:
+    """The report's ``safeguard:`` lines: nothing where the checks passed; else what was held
+    back, grouped by rule and reason ("held back 12 attention fusions (rule attention): ONNX
+    Runtime cannot load it: ..."), and what was written instead where nothing could be kept."""
+    checks = str(summary.get("checks", ""))
+    if checks == "passed":
+        return []
+    if checks.startswith("not loaded"):
+        return [f"safeguard: {checks}"]
+    lost = summary.get("lost")
+    if lost is None:  # a report of an older onnxopt: its units, named
+        lost = [loss(unit, summary.get("problem", "")) for unit in summary.get("held_back", [])]
+    groups: dict[tuple[str, str | None, str], list[dict]] = {}
+    for entry in lost:
+        key = (entry["kind"], entry["rule"] if entry["kind"] == "fusion" else entry["unit"],
+               entry["reason"])
+        groups.setdefault(key, []).append(entry)
+    lines = []
+    for (kind, rule, reason), entries in groups.items():
+        if kind == "fusion":
+            n = len(entries)
+            what = f"{n} {rule} fusion{'s' if n > 1 else ''} (rule {rule})"
+        else:
+            what = entries[0]["lost"]
+        lines.append(f"safeguard: held back {what}: {reason}")
+    fallback = summary.get("fallback")
+    if fallback == "round trip":
+        lines.append("safeguard: wrote the model without any rewrite (a plain round trip): "
+                     f"{summary.get('problem')}")
+    elif fallback == "original":
+        lines.append(f"safeguard: wrote the input unchanged: {summary.get('problem')}")
+    return lines
+
+
+def _regions(result: OptimizeResult | None) -> dict[str, Region]:
+    """The fused regions of ``result``'s run, by the unit that holds each back."""
+    fused = result.report.stages.get("fuse") if result is not None else None
+    regions = fused.regions if fused is not None else []
+    return {f"fuse:{r.rule}@{r.root}": r for r in regions if r.status == "fused"}
+
+
+def _say_held_back(result: OptimizeResult, first: OptimizeResult | None,
+                   reasons: dict[str, str], lost: list[dict]) -> None:
+    """Make ``result``'s fusion report say why each region it lost was not fused. A fallback
+    without fusion (the round trip, the input as it was) has none of its own: the first run's
+    regions stand for it, each that was fused now held back."""
+    fused = result.report.stages.get("fuse")
+    if fused is None:
+        if first is None or first.report.stages.get("fuse") is None:
+            return
+        fused = FusionReport([dataclasses.replace(r) for r in first.report.stages["fuse"].regions])
+        result.report.stages["fuse"] = fused
+        for r in fused.regions:
+            if r.status == "fused":
+                r.status, r.detail = "refused", HELD_BACK
+    knock_on = {e["unit"]: e["reason"] for e in lost if not e["held_back"]}
+    for r in fused.regions:
+        unit = f"fuse:{r.rule}@{r.root}"
+        if r.status == "refused" and r.detail == HELD_BACK:
+            reason = (reasons.get(unit) or reasons.get(f"rule:{r.rule}")
+                      or next(iter(reasons.values()), None))
+            if reason:
+                r.detail = f"held back by the safeguard: with this fusion, {reason}"
+        elif r.status != "fused" and unit in knock_on:
+            r.detail = f"{r.detail} (fused before the safeguard's hold-back: {knock_on[unit]})"
 
 
 class _Guard:
@@ -69,6 +207,7 @@ class _Guard:
         self.stage = stage
         self._baseline: Fitness | None = None
         self._tried: dict[frozenset[str], Attempt] = {}
+        self._kept_by: dict[str, list[str]] = {}  # unit -> the search's run that failed without it
         self.unchecked: dict[frozenset[str], str] = {}
 
     def attempt(self, hold: frozenset[str], progress: Progress | None = None) -> Attempt:
@@ -87,22 +226,25 @@ class _Guard:
             if progress is not None:
                 progress("checks")
             size = tensor_bytes(result.proto, result.external, left_out=result.left_out)
+            small = size <= loadable.CHECKED_FROM_BYTES_MAX
             # Serialized once: the first result's pieces are written beside the output and the
-            # checks load that file (the writer then only renames it); a result of the search
-            # is checked from its bytes, joined.
+            # checks load that file (the writer then only renames it); a small result of the
+            # search is checked from its bytes, joined; a larger one through its stand-in copy
+            # (onnxopt.verification.stand_in), whatever its size.
             layout: dict = {}  # where each initializer lies in those bytes (the checks' light copy)
-            parts = serialized_parts(result.proto, result.external, size=size,
-                                     encoded=result.encoded, layout=layout)
+            staging = self.stage is not None and not hold
+            parts = (serialized_parts(result.proto, result.external, encoded=result.encoded,
+                                      layout=layout) if staging or small else None)
             staged = serialized = None
-            if self.stage is not None and parts is not None and not hold:
+            if staging and parts is not None:
                 staged = self.stage(parts)
             checked_file = staged.tmp if staged is not None and _checkable(staged.tmp) else None
-            if parts is not None and checked_file is None:
+            if parts is not None and checked_file is None and small:
                 serialized = b"".join(parts)
             try:
                 found = fitness(result.proto, result.external, serialized=serialized, size=size,
                                 tensor_budget=result.model.source_tensor_bytes,
-                                staged=checked_file, layout=layout)
+                                staged=checked_file, layout=layout, left_out=result.left_out)
             except BaseException:
                 if staged is not None:
                     staged.discard()
@@ -125,15 +267,18 @@ class _Guard:
         return outcome
 
     def baseline(self) -> Fitness:
-        """The input's own fitness (checker and load only), computed once, when needed."""
+        """The input's own fitness (checker and load only), computed once, when needed: an
+        input with external data loaded by path (ORT maps its weights), any other through its
+        stand-in copy where it is large (:func:`fitness`)."""
         if self._baseline is None:
-            proto = self.source if isinstance(self.source, ModelProto) else None
-            if proto is None:
-                proto = read_model_proto(self.source)
-                if any(t.data_location == 1 for t in proto.graph.initializer):
-                    self._baseline = file_fitness(self.source)
-                    return self._baseline
-            self._baseline = fitness(proto)
+            if isinstance(self.source, ModelProto):
+                self._baseline = fitness(self.source)
+                return self._baseline
+            mapped = map_model_file(self.source)
+            if has_external_data(mapped.proto.graph):
+                self._baseline = file_fitness(self.source)
+            else:
+                self._baseline = fitness(mapped.proto, left_out=mapped.raw)
         return self._baseline
 
     def search(self, units: list[str]) -> tuple[OptimizeResult, frozenset[str], str]:
@@ -147,9 +292,24 @@ class _Guard:
             if not problems:
                 return result, everything, "round trip"
             return self._original(), everything, "original"
-        held = minimal_hold(units, lambda hold: not self.attempt(frozenset(hold))[1])
+        # Fusions first: where holding back every fusion region (and no pass) is enough, the
+        # search keeps to them. A pass held back loses every fusion its form enables (a
+        # Transpose folded into MatMul is what attention matches), so it would pass the
+        # checks with one unit held back where the culprits were fusions.
+        fusions = [u for u in units if u.startswith("fuse:")]
+        if 0 < len(fusions) < len(units) and not self.attempt(frozenset(fusions))[1]:
+            units = fusions
+        held = minimal_hold(units, lambda hold: not self.attempt(frozenset(hold))[1],
+                            self._kept_by)
         result, _ = self.attempt(frozenset(held))
         return result, frozenset(held), "partial"
+
+    def reason(self, unit: str, default: str) -> str:
+        """Why ``unit`` stays held back: the first problem of the run that gave it back alone
+        and failed (already made by the search), else ``default``."""
+        trial = self._kept_by.get(unit)
+        problems = self._tried.get(frozenset(trial))[1] if trial is not None else None
+        return problems[0] if problems else default
 
     def _original(self) -> OptimizeResult:
         """The input as it was (the round trip's IR stands in for the model)."""

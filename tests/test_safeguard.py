@@ -56,6 +56,9 @@ def test_a_pass_that_breaks_the_result_is_held_back(model, monkeypatch):
     assert guard["held_back"] == ["pass:poison_relu"]
     assert guard["fallback"] == "partial"
     assert guard["problem"].startswith("the ONNX checker refuses it: Unrecognized attribute: bogus")
+    assert [(e["kind"], e["pass"], e["held_back"]) for e in guard["lost"]] == [
+        ("pass", "poison_relu", True)]
+    assert guard["lost"][0]["reason"] == guard["problem"]
     assert _loads(result.proto)
     # the rest of normalization still ran: the Identity is gone
     assert [n.op_type for n in result.proto.graph.node] == ["Relu", "Neg"]

@@ -1,4 +1,5 @@
-"""``onnxopt explain``: why each candidate region was or was not fused."""
+"""``onnxopt explain``: why each candidate region was or was not fused, in the file ``optimize``
+writes (the safeguard's checks run as there: a region held back is said so, with why)."""
 
 from __future__ import annotations
 
@@ -8,8 +9,8 @@ from onnxopt.commands.options import debug_option, write_json
 from onnxopt.commands.report import print_explain
 from onnxopt.errors import UsageError
 from onnxopt.options import OptimizeOptions
-from onnxopt.pipeline import explain_model
 from onnxopt.rules import all_rules
+from onnxopt.safeguard import explain_guarded, safeguard_lines
 
 
 @click.command("explain")
@@ -24,15 +25,18 @@ from onnxopt.rules import all_rules
 def explain(model: str, rule: str | None, target: str | None, determinism: str,
             only: tuple[str, ...], disable: tuple[str, ...], json_path: str | None,
             debug: bool) -> None:
-    """List every candidate region of MODEL: fused, refused (with the legality reason) or
-    a partial match (with where it stopped), and the kernel chosen for each fused op."""
+    """List every candidate region of MODEL: fused, refused (with the legality reason, or the
+    safeguard's where it held the fusion back) or a partial match (with where it stopped), and
+    the kernel chosen for each fused op."""
 
     if rule and rule not in {r.name for r in all_rules()}:
         raise UsageError(f"unknown rule '{rule}' (rules: "
                          f"{', '.join(sorted({r.name for r in all_rules()}))})")
     options = OptimizeOptions(target=target, determinism=determinism, only=frozenset(only),
                               disable=frozenset(disable), debug=debug)
-    result = explain_model(model, options, rule=rule)
+    result = explain_guarded(model, options, rule=rule)
     print_explain(result)
+    for line in safeguard_lines(result.safeguard or {}):
+        click.echo(line)
     if json_path:
         write_json(json_path, result.to_json())

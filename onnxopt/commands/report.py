@@ -9,6 +9,7 @@ from collections import Counter, defaultdict
 from typing import TYPE_CHECKING
 
 from onnxopt.pipeline import OptimizeReport
+from onnxopt.safeguard import safeguard_lines
 from onnxopt.verification import VerifyReport
 
 if TYPE_CHECKING:
@@ -161,17 +162,10 @@ def print_explain(result) -> None:
 
 
 def print_safeguard(out: Console, summary: dict) -> None:
-    """Only when something was held back: what, and why (a passing check is silent)."""
-    if summary.get("checks") == "passed":
-        return
-    if str(summary.get("checks", "")).startswith("not loaded"):
-        out.print(f"safeguard: {summary['checks']}", markup=False)
-        return
-    fallback = summary.get("fallback")
-    what = {"partial": "held back " + ", ".join(summary.get("held_back", [])),
-            "round trip": "wrote the model without any rewrite (a plain round trip)",
-            "original": "wrote the input unchanged"}.get(fallback, "")
-    out.print(f"safeguard: {summary.get('problem')}; {what}", markup=False)
+    """Only when something was held back: what, per rule, and why (a passing check is
+    silent; the lines are the safeguard's own, :func:`onnxopt.safeguard.safeguard_lines`)."""
+    for line in safeguard_lines(summary):
+        out.print(line, markup=False)
 
 
 _STAGE_PRINTERS = {"normalize": print_normalize, "fuse": print_fusion, "select": print_selection,

@@ -23,11 +23,12 @@ from onnxopt.ir.tensor import LazyTensor
 from onnxopt.isolation import NativeCrash, started
 from onnxopt.runtime.ort_module import ort
 from onnxopt.verification.light_copy import LIGHT_SUFFIX, discard, write_light_copy
+from onnxopt.verification.stand_in import FOLDER_PREFIX, STAND_IN_NAME, write_stand_in_copy
 
-# Above this the model is not loaded into memory a second time to be checked (external data
-# is streamed to the output and never held whole: reading it back for a check would undo that).
-MAX_CHECKED_BYTES = 256 * 1024 * 1024
-MAX_CHECKED_EXTERNAL_BYTES = 16 * 1024 * 1024
+# Up to this many bytes of tensors, a result that no staged file holds is checked from its
+# bytes (every value as it is, no files); above, through its stand-in copy
+# (:mod:`onnxopt.verification.stand_in`), whose load costs the same at every size.
+CHECKED_FROM_BYTES_MAX = 16 * 1024 * 1024
 # Tensor bytes a result may add over the input's (scalars of a decomposition, small masks).
 TENSOR_SLACK_BYTES = 4096
 # The load check's session: ORT's defaults, less the prepacking of constant weights. That step
@@ -35,7 +36,18 @@ TENSOR_SLACK_BYTES = 4096
 # placed; it only copies weights into a kernel's faster layout (where a kernel cannot, it
 # leaves them as they are), so it decides nothing about whether the file loads. On the 24-layer
 # GPT-2 it was over a third of the load (0.27 -> 0.17 s, medians of 6, benchmarks/RESULTS.md).
-LOAD_CHECK_CONFIG = {"session.disable_prepacking": "1"}
+#
+# Nor does it convert float16 weights to float32 copies (FuseFp16InitializerToFp32Node
+# Transformer, ORT_ENABLE_ALL). On CPU, where an op has no float16 kernel, ORT inserts Casts
+# around it (InsertCastTransformer, which every session runs); this transformer then replaces
+# each ``Cast(float16 initializer)`` by a float32 copy of the weight, after the graph was
+# resolved and its kernels chosen: a faster layout of the same weight, as prepacking is. It
+# read and copied every float16 weight, twice its bytes in fresh memory: 1 GB of float16
+# MatMul weights took 2.2 GB and 5.4 s to load, and 53 MB and 0.01 s without it
+# (benchmarks/RESULTS.md, 2026-12-04). An ORT without the setting does not read the entry.
+LOAD_CHECK_CONFIG = {"session.disable_prepacking": "1",
+                     "optimization.disable_specified_optimizers":
+                         "FuseFp16InitializerToFp32NodeTransformer"}
 # Nor does it plan which intermediate buffers share memory (``enable_mem_reuse``). A buffer
 # must take another's where the kernel says its output aliases an input (Reshape), and that
 # is planned either way; the search for a freed buffer of the same size to take over only
@@ -80,62 +92,77 @@ class Fitness:
 def fitness(proto: ModelProto, external: dict[str, LazyTensor] | None = None, *,
             tensor_budget: int | None = None, serialized: bytes | None = None,
             size: int | None = None, staged: str | None = None,
-            layout: dict[int, tuple[int, bytes | memoryview]] | None = None) -> Fitness:
-    """Run the checks on a model (``external``: its placeholder tensors, read if small;
-    ``serialized``: ``proto``'s bytes where the caller has them — a large model's
-    serialization costs as much as a check, so it is made once, see :func:`serialize`;
-    ``size``: its ``tensor_bytes`` where the caller has them (counting reads every raw
-    tensor out of the message); ``staged``: the path of a file holding exactly ``proto``'s
-    bytes, the output written beside its destination, which the checks then load: through
-    its light copy where ``layout`` says where its initializers lie in it,
-    :mod:`onnxopt.verification.light_copy`)."""
+            layout: dict[int, tuple[int, bytes | memoryview]] | None = None,
+            left_out: dict[int, memoryview] | None = None) -> Fitness:
+    """Run the checks on a model, of any size (``external``: its placeholder tensors;
+    ``serialized``: ``proto``'s bytes where the caller has them, for a small model, see
+    :data:`CHECKED_FROM_BYTES_MAX`; ``size``: its ``tensor_bytes`` where the caller has them
+    (counting reads every raw tensor out of the message); ``staged``: the path of a file
+    holding exactly ``proto``'s bytes, the output written beside its destination, which the
+    checks then load: through its light copy where ``layout`` says where its initializers lie
+    in it, :mod:`onnxopt.verification.light_copy`; ``left_out``: raw data ``proto``'s
+    main-graph initializers lack, by position, as the pipeline's results have it).
+
+    A model no staged file holds is checked from its bytes where it is small, else through
+    its stand-in copy (:mod:`onnxopt.verification.stand_in`): the same graph, types and
+    shapes, its float weights in a sparse file of zeros, in memory that does not grow with
+    them. ``unchecked`` says why the checks did not run, where that copy could not be
+    written."""
     weight = None
-    size = tensor_bytes(proto, external) if size is None else size
+    size = tensor_bytes(proto, external, left_out=left_out) if size is None else size
     if tensor_budget is not None and size > tensor_budget + TENSOR_SLACK_BYTES:
         weight = f"its tensors weigh {size:,} bytes, more than the input's {tensor_budget:,}"
     if staged is not None and not external:
-        try:
-            too_large = os.path.getsize(staged) > MAX_CHECKED_BYTES
-        except OSError:
-            too_large = False  # the file is gone: the checks say so, and nothing is kept
-        if too_large:
-            return Fitness(weight=weight, unchecked="it is too large to load twice")
         light = write_light_copy(staged, proto, layout) if layout else None
         try:
-            return Fitness(weight=weight, **native_checks(proto, light or staged))
+            # Without a light copy, the staged file itself is loaded where it is small (where
+            # it is not, reading it whole would cost its size: the stand-in copy instead).
+            if light is not None or _small_file(staged):
+                return Fitness(weight=weight, **native_checks(proto, light or staged))
         finally:
             discard(light)
-    if external and sum(t.nbytes for t in external.values()) > MAX_CHECKED_EXTERNAL_BYTES:
-        return Fitness(weight=weight, unchecked="its external data is too large to load twice")
-    if external:
-        whole = ModelProto()
-        whole.CopyFrom(proto)
-        inline_external(whole, external)
-        proto, serialized = whole, None
-    if serialized is None:
-        serialized = serialize(proto, size=size)
-    if serialized is None or len(serialized) > MAX_CHECKED_BYTES:
-        return Fitness(weight=weight, unchecked="it is too large to load twice")
-    return Fitness(weight=weight, **native_checks(proto, serialized))
+    if serialized is None and size <= CHECKED_FROM_BYTES_MAX and not left_out:
+        if external:
+            whole = ModelProto()
+            whole.CopyFrom(proto)
+            inline_external(whole, external)
+            proto = whole
+        serialized = serialize(proto)
+    if serialized is not None:
+        return Fitness(weight=weight, **native_checks(proto, serialized))
+    try:
+        copy = write_stand_in_copy(proto, external, left_out)
+    except OSError as e:
+        return Fitness(weight=weight, unchecked=("its copy for the checks could not be written "
+                                                 f"({e.strerror or e})"))
+    try:
+        return Fitness(weight=weight, **native_checks(proto, copy.path))
+    finally:
+        copy.discard()
 
 
-def serialize(proto: ModelProto, external: dict[str, LazyTensor] | None = None, *,
-              size: int | None = None) -> bytes | None:
+def _small_file(path: str) -> bool:
+    try:
+        return os.path.getsize(path) <= CHECKED_FROM_BYTES_MAX
+    except OSError:
+        return True  # the file is gone: the checks say so, and nothing is kept
+
+
+def serialize(proto: ModelProto, external: dict[str, LazyTensor] | None = None) -> bytes | None:
     """``proto``'s bytes where the checks load them as they are: ``None`` where it has external
-    tensors (a copy with them inline is checked), is too large to be loaded twice, or is
-    more than protobuf can write (2 GB). ``size``: its ``tensor_bytes``, as for :func:`fitness`."""
-    parts = serialized_parts(proto, external, size=size)
+    tensors (a copy with them inline is checked) or is more than protobuf can write (2 GB)."""
+    parts = serialized_parts(proto, external)
     return None if parts is None else b"".join(parts)
 
 
 def serialized_parts(proto: ModelProto, external: dict[str, LazyTensor] | None = None, *,
-                     size: int | None = None, encoded: dict[int, memoryview] | None = None,
+                     encoded: dict[int, memoryview] | None = None,
                      layout: dict[int, tuple[int, bytes | memoryview]] | None = None
                      ) -> list[bytes | memoryview] | None:
     """:func:`serialize` in pieces (:func:`onnxopt.exporter.serialize.model_parts`, with
     ``encoded``, its initializers' bytes at hand, and ``layout`` to fill), for a caller that
     writes them to a file rather than joining them."""
-    if external or (tensor_bytes(proto) if size is None else size) > MAX_CHECKED_BYTES:
+    if external:
         return None
     try:
         return model_parts(proto, encoded, layout)
@@ -209,10 +236,14 @@ def _load_check_options() -> dict[str, object]:
 
 
 def _first_line(e: Exception, source: bytes | str) -> str:
-    """The error on one line; a staged file's temporary name (or its light copy's), which the
-    user never sees, is said as "the result"."""
+    """The error on one line; a staged file's temporary name (or its light copy's, or a stand-in
+    copy's), which the user never sees, is said as "the result"."""
     text = " ".join(str(e).split())
     if isinstance(source, str):
+        folder = os.path.dirname(source)
+        if os.path.basename(folder).startswith(FOLDER_PREFIX):  # a stand-in copy's
+            text = text.replace(os.path.join(folder, STAND_IN_NAME), "its stand-in weights")
+            text = text.replace(folder + os.sep, "")
         for name in (source, source.removesuffix(LIGHT_SUFFIX)):
             text = text.replace(name, "the result")
     return text[:240] if text else type(e).__name__

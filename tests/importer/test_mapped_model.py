@@ -236,13 +236,15 @@ def test_written_with_external_data_the_weights_go_out_whole(tmp_path):
 
 
 @pytest.mark.parametrize("model", ["made", "bert.ts.onnx"])
-def test_a_result_too_large_to_check_is_written_whole_and_not_refused(tmp_path, monkeypatch,
-                                                                       model):
-    """Too large to be loaded twice, a result is not checked: it must not be serialized for the
-    checks without the raw data its proto lacks (that read as a refusal, and the input came out
-    unoptimized)."""
+def test_a_result_checked_through_its_stand_in_copy_is_written_whole_and_not_refused(
+        tmp_path, monkeypatch, model):
+    """A result too large to be checked from its bytes, and not from its staged file, is
+    checked through its stand-in copy (verification/stand_in.py): that copy must give each
+    weight the length of the raw data its proto lacks (a wrong one read as a refusal, and the
+    input came out unoptimized), and the file is written whole."""
     from pathlib import Path
 
+    from onnxopt import safeguard
     from onnxopt.verification import loadable
 
     if model == "made":
@@ -250,12 +252,18 @@ def test_a_result_too_large_to_check_is_written_whole_and_not_refused(tmp_path, 
     else:
         path = str(Path(__file__).resolve().parents[2] / "models" / model)
     # Less than the model, more than what its proto holds without its large raw data.
-    monkeypatch.setattr(loadable, "MAX_CHECKED_BYTES", tensor_bytes(onnx.load(path)) // 2)
-    assert tensor_bytes(map_model_file(path).proto) < loadable.MAX_CHECKED_BYTES
+    monkeypatch.setattr(loadable, "CHECKED_FROM_BYTES_MAX", tensor_bytes(onnx.load(path)) // 2)
+    assert tensor_bytes(map_model_file(path).proto) < loadable.CHECKED_FROM_BYTES_MAX
+    monkeypatch.setattr(safeguard, "_checkable", lambda staged: False)
+    copies = []
+    write = loadable.write_stand_in_copy
+    monkeypatch.setattr(loadable, "write_stand_in_copy",
+                        lambda *a, **k: copies.append(write(*a, **k)) or copies[-1])
     out = str(tmp_path / "out.onnx")
     result = onnxopt.optimize(path, out, target="cpu", return_result=True)
-    assert result.report.stages["safeguard"] == {
-        "checks": "not loaded: it is too large to load twice"}
+    assert result.report.stages["safeguard"] == {"checks": "passed"}
+    assert len(copies) == 1 and copies[0].stood_in > 0
+    assert not os.path.exists(copies[0].folder)
     original, written = onnx.load(path), onnx.load(out)
     assert _initializers(original).keys() >= {t.name for t in written.graph.initializer
                                               if t.name in _initializers(original)}
