@@ -140,7 +140,7 @@ def _graphs(graph: Graph) -> list[Graph]:
 # below the cap.
 REWRITES_PER_NODE = 2
 MIN_REWRITE_CAP = 64
-STOPPED = "stopped"  # how the refusal of a rule that hit the cap begins
+STOPPED = "stopped"  # the first word of the refusal of a rule that hit the cap
 
 
 def rewrite_cap(node_count: int) -> int:
@@ -178,9 +178,8 @@ def _run_worklist(graph: Graph, by_root, target: Target, report: FusionReport, d
                 reason = HELD_BACK
             if not reason and apply and rewrites.get(rule.name, 0) == cap:
                 rewrites[rule.name] = cap + 1  # stopped: no more matching in this graph
-                reason = (f"{STOPPED}: rule {rule.name} rewrote {cap} times in a graph of "
-                          f"{nodes} node(s) and still matches: its output matches its own "
-                          "pattern, so it was stopped here")
+                reason = (f"{STOPPED} after {cap} rewrites in a graph of {nodes} node(s): its "
+                          "output matches its own pattern again")
             if reason:
                 report.regions.append(Region(rule.name, node.name, "refused", reason,
                                              len(m.nodes)))
