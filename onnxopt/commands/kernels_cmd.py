@@ -9,7 +9,8 @@ from pathlib import Path
 import click
 
 from onnxopt.commands import json_report
-from onnxopt.commands.report import console, new_table, stage_progress
+from onnxopt.commands.progress import stage_progress
+from onnxopt.commands.report import console, new_table
 from onnxopt.errors import UsageError
 from onnxopt.runtime.cuda import compiler, images, metadata
 from onnxopt.select.registry import default_registry

@@ -9,11 +9,11 @@ import click
 from onnxopt.api import check_output_path, staging_to, write_result
 from onnxopt.bisection import bisect
 from onnxopt.commands.options import debug_option, write_json
+from onnxopt.commands.progress import stage_progress
 from onnxopt.commands.report import (
     import_rich_meanwhile,
     print_optimize,
     print_verify,
-    stage_progress,
     stopped_rules,
 )
 from onnxopt.commands.verify_cmd import inputs_options, verify_inputs

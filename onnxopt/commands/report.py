@@ -1,17 +1,13 @@
-"""Terminal rendering of reports: rich tables on a terminal, plain lines in a log; stage
-progress as a spinner on a terminal, a line per long stage on stderr otherwise."""
+"""Rendering of reports: rich tables on a terminal, plain lines in a log (:mod:`.plain`)."""
 
 from __future__ import annotations
 
-import contextlib
-import re
 import sys
 import threading
-import time
 from collections import Counter, defaultdict
-from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
+from onnxopt.commands.plain import PlainConsole, PlainTable, is_terminal
 from onnxopt.fuse import STOPPED
 from onnxopt.pipeline import OptimizeReport
 from onnxopt.verification import VerifyReport
@@ -23,13 +19,6 @@ if TYPE_CHECKING:
 # rich is imported where something is printed to a terminal: a quiet run (a CI conversion
 # job's) never prints a table, a log gets plain lines, and importing rich is about 30 ms of
 # every start.
-
-
-def is_terminal(stream) -> bool:
-    try:
-        return stream is not None and stream.isatty()
-    except ValueError:  # closed
-        return False
 
 
 def import_rich_meanwhile() -> None:
@@ -63,182 +52,6 @@ def new_table(title: str) -> Table | PlainTable:
     from rich.table import Table
 
     return Table(title=title, show_edge=False, title_justify="left")
-
-
-class PlainTable:
-    """A table for a log: the title, the header and each row on lines of their own, columns
-    two spaces apart and padded, nothing folded or drawn. A cell of several lines (a list of
-    reasons) continues on the lines below, in its column."""
-
-    def __init__(self, title: str) -> None:
-        self.title = title
-        self.headers: list[str] = []
-        self.rows: list[list[str]] = []
-
-    def add_column(self, header: str, **_style) -> None:
-        self.headers.append(header)
-
-    def add_row(self, *cells, **_style) -> None:
-        self.rows.append([str(c) for c in cells])
-
-    def lines(self) -> list[str]:
-        rows = [[cell.split("\n") for cell in row] for row in [self.headers, *self.rows]]
-        widths = [max((len(line) for row in rows for line in row[i]), default=0)
-                  for i in range(len(self.headers))]
-        out = [self.title]
-        for row in rows:
-            for k in range(max(len(cell) for cell in row)):
-                parts = [(cell[k] if k < len(cell) else "").ljust(width)
-                         for cell, width in zip(row, widths)]
-                out.append("  ".join(parts).rstrip())
-        return out
-
-
-# The styles this module's own markup uses; a plain line drops them.
-_MARKUP = re.compile(r"\[/?(?:bold|green|red|yellow)?\]")
-
-
-class PlainConsole:
-    """What :func:`console` gives when stdout is not a terminal: ``print`` as rich's, in plain
-    lines (no colour, no wrapping)."""
-
-    is_terminal = False
-    width = 0  # nothing is folded at any width
-
-    def print(self, what: object = "", *, markup: bool = True, **_style) -> None:
-        if isinstance(what, PlainTable):
-            text = "\n".join(what.lines())
-        else:
-            text = _MARKUP.sub("", str(what)) if markup else str(what)
-        if sys.stdout is not None:  # None: descriptor 1 was closed (``>&-``), or a printer dropped it
-            sys.stdout.write(text + "\n")
-
-
-class StageClock:
-    """The stage running now: ``clock(name)`` ends the one before and starts ``name``.
-
-    Every stage is timed (``seconds``, summed by name), shown or not: the report's stage
-    times come from here for what the pipeline does not time itself (the checks, the
-    weights' write, verification). ``show`` is told as stages start and end."""
-
-    def __init__(self, show: _StageDisplay | None = None) -> None:
-        self.seconds: dict[str, float] = {}
-        self._show = show
-        self._stage: str | None = None
-        self._start = 0.0
-
-    def __call__(self, name: str) -> None:
-        self.end()
-        self._stage, self._start = name, time.perf_counter()
-        if self._show is not None:
-            self._show.start(name)
-
-    def end(self) -> None:
-        if self._stage is None:
-            return
-        elapsed = time.perf_counter() - self._start
-        self.seconds[self._stage] = self.seconds.get(self._stage, 0.0) + elapsed
-        if self._show is not None:
-            self._show.end(self._stage, elapsed)
-        self._stage = None
-
-    def add_to(self, stage_seconds: dict[str, float]) -> None:
-        """Add the stages ``stage_seconds`` lacks (the pipeline's own times stand)."""
-        for name, seconds in self.seconds.items():
-            stage_seconds.setdefault(name, seconds)
-
-
-class _StageDisplay:
-    def start(self, name: str) -> None: ...
-
-    def end(self, name: str, seconds: float) -> None: ...
-
-
-# A stage gets its line in a log once it has run this long: the long ones (the checks and the
-# verification of a large model, a kernel build) are said while they run; a run whose stages
-# are all quick leaves stderr as it was, so an error is still the one line there.
-LINE_AFTER_SECONDS = 2.0
-
-
-class _StageLines(_StageDisplay):
-    """One line per long stage on stderr, for a log: ``onnxopt: checks…`` once the stage has
-    run ``LINE_AFTER_SECONDS``, its seconds at the end of the same line when it ends."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._timer: threading.Timer | None = None
-        self._starts = 0
-        self._current: int | None = None  # which start is running (None: no stage is)
-        self._open = False  # a line was begun and awaits its seconds
-
-    def start(self, name: str) -> None:
-        with self._lock:
-            self._starts += 1
-            self._current = stage = self._starts
-        if LINE_AFTER_SECONDS <= 0:
-            self._begin(name, stage)
-            return
-        self._timer = threading.Timer(LINE_AFTER_SECONDS, self._begin, (name, stage))
-        self._timer.daemon = True  # never what the process waits for at exit
-        self._timer.start()
-
-    def _begin(self, name: str, stage: int) -> None:
-        with self._lock:
-            if stage != self._current:  # it ended while the timer was firing
-                return
-            sys.stderr.write(f"onnxopt: {name}\u2026")
-            sys.stderr.flush()
-            self._open = True
-
-    def end(self, name: str, seconds: float) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-        with self._lock:
-            self._current = None  # a timer firing late writes nothing
-            if self._open:
-                sys.stderr.write(f" {seconds:.1f} s\n")
-                sys.stderr.flush()
-                self._open = False
-
-
-class _Spinner(_StageDisplay):
-    """rich's spinner on a terminal, with the stage's name and its time so far."""
-
-    def __init__(self, bar) -> None:
-        self.bar = bar
-        self.task = bar.add_task("starting", total=None)
-
-    def start(self, name: str) -> None:
-        self.bar.reset(self.task, description=name)
-
-
-@contextlib.contextmanager
-def stage_progress(enabled: bool = True) -> Iterator[StageClock]:
-    """Yield a :class:`StageClock` for the command's stages: a spinner on an interactive
-    stderr, a line per long stage on any other, nothing unless ``enabled`` (``-q``); timed in
-    every case."""
-    if not enabled:
-        display = None
-    elif not is_terminal(sys.stderr):
-        display = _StageLines()
-    else:
-        from rich.console import Console
-        from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
-
-        with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
-                      console=Console(stderr=True), transient=True) as bar:
-            clock = StageClock(_Spinner(bar))
-            try:
-                yield clock
-            finally:
-                clock.end()
-        return
-    clock = StageClock(display)
-    try:
-        yield clock
-    finally:
-        clock.end()
 
 
 def stopped_rules(report: OptimizeReport) -> list[str]:

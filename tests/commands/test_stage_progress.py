@@ -8,8 +8,8 @@ import json
 import re
 import time
 
-from onnxopt.commands import optimize_cmd, report
-from onnxopt.commands.report import StageClock, stage_progress
+from onnxopt.commands import optimize_cmd, progress
+from onnxopt.commands.progress import StageClock, stage_progress
 
 STAGE_LINE = re.compile(r"onnxopt: ([a-z_]+)\u2026 \d+\.\d s")
 
@@ -21,7 +21,7 @@ def stage_lines(err: str) -> list[str]:
 
 
 def test_every_stage_gets_a_line_once_it_runs_long(models_dir, tmp_path, cli, monkeypatch):
-    monkeypatch.setattr(report, "LINE_AFTER_SECONDS", 0.0)  # every stage is "long" here
+    monkeypatch.setattr(progress, "LINE_AFTER_SECONDS", 0.0)  # every stage is "long" here
     code, out, err = cli("optimize", models_dir / "gpt2.ts.onnx", "-o", tmp_path / "o.onnx",
                          "--target", "cpu", "--verify")
     assert code == 0, err
@@ -35,7 +35,7 @@ def test_a_quick_stage_says_nothing_and_a_slow_one_its_line(models_dir, tmp_path
     verify = optimize_cmd.verify_isolated
 
     def slow_verify(*args, **kwargs):
-        time.sleep(report.LINE_AFTER_SECONDS + 0.3)
+        time.sleep(progress.LINE_AFTER_SECONDS + 0.3)
         return verify(*args, **kwargs)
 
     monkeypatch.setattr(optimize_cmd, "verify_isolated", slow_verify)
@@ -43,11 +43,11 @@ def test_a_quick_stage_says_nothing_and_a_slow_one_its_line(models_dir, tmp_path
                        "--target", "cpu", "--verify")
     assert code == 0, err
     assert stage_lines(err) == ["verify"]
-    assert float(err.split()[-2]) >= report.LINE_AFTER_SECONDS + 0.3
+    assert float(err.split()[-2]) >= progress.LINE_AFTER_SECONDS + 0.3
 
 
 def test_quiet_says_nothing_and_still_times_every_stage(models_dir, tmp_path, cli, monkeypatch):
-    monkeypatch.setattr(report, "LINE_AFTER_SECONDS", 0.0)
+    monkeypatch.setattr(progress, "LINE_AFTER_SECONDS", 0.0)
     code, out, err = cli("optimize", models_dir / "gpt2.ts.onnx", "-o", tmp_path / "o.onnx",
                          "--target", "cpu", "--verify", "-q", "--json", tmp_path / "r.json")
     assert (code, out, err) == (0, "", "")
@@ -78,7 +78,7 @@ def test_the_clock_sums_a_stage_entered_twice_and_keeps_the_pipelines_own_times(
 
 
 def test_a_stage_that_ends_as_its_line_is_due_leaves_no_half_line(capsys, monkeypatch):
-    monkeypatch.setattr(report, "LINE_AFTER_SECONDS", 0.001)
+    monkeypatch.setattr(progress, "LINE_AFTER_SECONDS", 0.001)
     with stage_progress() as clock:
         for _ in range(200):
             clock("checks")
@@ -93,7 +93,7 @@ def test_kernels_build_says_it_is_building(monkeypatch, tmp_path, capsys):
     from onnxopt.cli import main
     from onnxopt.runtime.cuda import compiler
 
-    monkeypatch.setattr(report, "LINE_AFTER_SECONDS", 0.0)
+    monkeypatch.setattr(progress, "LINE_AFTER_SECONDS", 0.0)
     monkeypatch.setattr(compiler, "find_nvcc", lambda: "nvcc")
     monkeypatch.setattr(compiler, "build_images", lambda *a, **k: [])
     assert main(["kernels", "--build", "--out", str(tmp_path)]) == 0
