@@ -142,10 +142,25 @@ def _graphs(graph: Graph) -> list[Graph]:
     return out
 
 
+# A rule rewrites at most this many times per node of a graph (and at least the floor): a rule
+# whose output matches its own pattern again would otherwise never stop (a one-node model grew
+# to 790 MB in 30 s). Each rewrite replaces at least its root, so a rule that settles stays far
+# below the cap.
+REWRITES_PER_NODE = 2
+MIN_REWRITE_CAP = 64
+STOPPED = "stopped"  # the first word of the refusal of a rule that hit the cap
+
+
+def rewrite_cap(node_count: int) -> int:
+    return max(MIN_REWRITE_CAP, REWRITES_PER_NODE * node_count)
+
+
 def _run_worklist(graph: Graph, by_root, target: Target, report: FusionReport, debug: bool,
                   apply: bool, hold_back: Callable[[str, str], bool]) -> None:
     work = deque(n for n in graph if n.op_type in by_root)
     queued = {id(n) for n in work}
+    cap, nodes = rewrite_cap(len(graph)), len(graph)
+    rewrites: dict[str, int] = {}  # per rule; past the cap the rule is stopped in this graph
     done: dict[tuple[int, str], Node] = {}  # holds the nodes, so ids are never reused
     while work:
         node = work.popleft()
@@ -154,7 +169,7 @@ def _run_worklist(graph: Graph, by_root, target: Target, report: FusionReport, d
             continue
         for rule, pattern, names in by_root.get(node.op_type, ()):
             key = (id(node), rule.name)
-            if key in done:
+            if key in done or rewrites.get(rule.name, 0) > cap:
                 continue
             done[key] = node
             trace = Trace()
@@ -169,10 +184,16 @@ def _run_worklist(graph: Graph, by_root, target: Target, report: FusionReport, d
             reason = verdict if isinstance(verdict, str) else None
             if not reason and hold_back(rule.name, node.name):
                 reason = HELD_BACK
+            if not reason and apply and rewrites.get(rule.name, 0) == cap:
+                rewrites[rule.name] = cap + 1  # stopped: no more matching in this graph
+                reason = (f"{STOPPED} after {cap} rewrites in a graph of {nodes} node(s): its "
+                          "output matches its own pattern again")
             if reason:
                 report.regions.append(Region(rule.name, node.name, "refused", reason,
                                              len(m.nodes)))
                 continue
+            if apply:
+                rewrites[rule.name] = rewrites.get(rule.name, 0) + 1
             region = Region(rule.name, node.name, "fused", rule.describe(m, verdict),
                             len(m.nodes))
             report.regions.append(region)

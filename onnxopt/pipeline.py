@@ -11,6 +11,7 @@ kernel choices).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import gc
 import time
 from collections import Counter
@@ -32,6 +33,7 @@ from onnxopt.ir.model import Model
 from onnxopt.ir.node import STANDARD_DOMAINS
 from onnxopt.ir.tensor import LazyTensor
 from onnxopt.ir.verifier import verify_graph
+from onnxopt.legality.target import make_target
 from onnxopt.options import OptimizeOptions
 from onnxopt.select import SelectReport
 
@@ -58,17 +60,56 @@ class OptimizeReport:
     nodes_after: Counter = field(default_factory=Counter)
     stage_seconds: dict[str, float] = field(default_factory=dict)
     stages: dict[str, Any] = field(default_factory=dict)
+    options: OptimizeOptions | None = None  # what the run was asked, for the report to say
 
     def to_json(self) -> dict[str, Any]:
+        """The body of ``optimize --json`` (``$defs/optimize`` in onnxopt/report.schema.json,
+        whose version the command adds): every key snake_case, the normalization passes'
+        names too (``shape arithmetic`` is ``shape_arithmetic`` here)."""
         return {
             "source": self.source,
+            **(_run_settings(self.options) if self.options is not None else {}),
             "nodes_before": dict(sorted(self.nodes_before.items())),
             "nodes_after": dict(sorted(self.nodes_after.items())),
             "total_nodes_before": sum(self.nodes_before.values()),
             "total_nodes_after": sum(self.nodes_after.values()),
             "stage_seconds": {k: round(v, 6) for k, v in self.stage_seconds.items()},
-            **{k: _jsonable(v) for k, v in self.stages.items()},
+            **{k: _snake_keys(v) if k in _PASS_COUNTS else _jsonable(v)
+               for k, v in self.stages.items()},
         }
+
+
+# The stages whose summary counts what each normalization pass changed, by the pass's name.
+_PASS_COUNTS = ("normalize", "cleanup")
+
+
+def _snake_keys(counts: dict[str, int]) -> dict[str, int]:
+    return {"_".join(str(k).split()): v for k, v in counts.items()}
+
+
+def _run_settings(options: OptimizeOptions) -> dict[str, Any]:
+    """The target the run resolved (``--target`` left open is the machine's) and every option
+    as given, except the safeguard's own ``hold_back`` (the report's ``safeguard`` says what it
+    held back)."""
+    target = make_target(options.target, determinism=options.determinism,
+                         ort_version=options.ort_version, opset=options.opset)
+    given = {}
+    for f in dataclasses.fields(options):
+        value = getattr(options, f.name)
+        if f.name == "hold_back":
+            continue
+        if f.name == "extra_rules":
+            value = [rule.name for rule in value]
+        elif isinstance(value, (set, frozenset)):
+            value = sorted(value)
+        given[f.name] = value
+    return {
+        "target": {"device": target.device, "provider": target.provider,
+                   "compute_capability": "{}.{}".format(*target.compute_capability),
+                   "ort_version": "{}.{}".format(*target.ort_version),
+                   "determinism": target.determinism},
+        "options": given,
+    }
 
 
 @dataclass
@@ -122,7 +163,8 @@ def run_pipeline(source: str | ModelProto, options: OptimizeOptions | None = Non
     input's unchanged weights are then not copied into the result's proto."""
     options = options or OptimizeOptions()
     step = progress or (lambda _name: None)
-    report = OptimizeReport(source=source if isinstance(source, str) else "<model>")
+    report = OptimizeReport(source=source if isinstance(source, str) else "<model>",
+                            options=options)
 
     def timed(name: str, fn: Callable[[], Any]) -> Any:
         step(name)

@@ -71,6 +71,8 @@ def optimize_guarded(source: str | ModelProto, options: OptimizeOptions,
         first.report.stages["safeguard"] = {
             "checks": f"not loaded: {unchecked}" if unchecked else "passed"}
         return first
+    if progress is not None:
+        progress("safeguard")  # the runs that hold parts back
     start = time.perf_counter()
     units = units_of(first, options)
     result, held, fallback = guard.search(units)
@@ -223,8 +225,6 @@ class _Guard:
         except StageFailure as e:
             outcome: Attempt = (None, [str(e)])
         else:
-            if progress is not None:
-                progress("checks")
             size = tensor_bytes(result.proto, result.external, left_out=result.left_out)
             small = size <= loadable.CHECKED_FROM_BYTES_MAX
             # Serialized once: the first result's pieces are written beside the output and the
@@ -237,7 +237,11 @@ class _Guard:
                                       layout=layout) if staging or small else None)
             staged = serialized = None
             if staging and parts is not None:
+                if progress is not None:
+                    progress("write")  # the weights' copy beside the output
                 staged = self.stage(parts)
+            if progress is not None:
+                progress("checks")
             checked_file = staged.tmp if staged is not None and _checkable(staged.tmp) else None
             if parts is not None and checked_file is None and small:
                 serialized = b"".join(parts)

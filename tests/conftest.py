@@ -100,3 +100,37 @@ def sha256(path: str | os.PathLike) -> str:
 @pytest.fixture
 def file_hash() -> Callable[[str | os.PathLike], str]:
     return sha256
+
+
+@pytest.fixture(scope="session")
+def report_schema():
+    """A validator of onnxopt/report.schema.json (itself checked against JSON Schema 2020-12)."""
+    import jsonschema
+
+    from onnxopt.commands import json_report
+
+    schema = json_report.schema()
+    jsonschema.Draft202012Validator.check_schema(schema)
+    return jsonschema.Draft202012Validator(schema)
+
+
+@pytest.fixture(autouse=True)
+def _json_reports_follow_the_schema(request, monkeypatch):
+    """Every JSON document a command writes in this process during the suite (``optimize``,
+    ``explain`` and ``verify --json``, ``kernels --json``) is checked against the schema, as
+    the file holds it: a key added without being documented fails the test that wrote it."""
+    import json
+
+    from onnxopt.commands import json_report
+
+    made = json_report.document
+
+    def checked(command: str, body: dict) -> dict:
+        data = made(command, body)
+        written = json.loads(json.dumps(data, default=str))
+        errors = [f"{e.json_path}: {e.message}"
+                  for e in request.getfixturevalue("report_schema").iter_errors(written)]
+        assert not errors, f"{command} report does not follow report.schema.json: {errors}"
+        return data
+
+    monkeypatch.setattr(json_report, "document", checked)

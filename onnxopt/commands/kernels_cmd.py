@@ -8,6 +8,8 @@ from pathlib import Path
 
 import click
 
+from onnxopt.commands import json_report
+from onnxopt.commands.progress import stage_progress
 from onnxopt.commands.report import console, new_table
 from onnxopt.errors import UsageError
 from onnxopt.runtime.cuda import compiler, images, metadata
@@ -46,7 +48,8 @@ def kernels(ops: tuple[str, ...], target: str | None, as_json: bool, build: bool
                 and (provider is None or provider in k.providers)]
     selected.sort(key=lambda k: (k.implements, k.backend != "decompose", k.name))
     if as_json:
-        click.echo(json.dumps([k.to_json() for k in selected], indent=2))
+        data = json_report.document("kernels", {"kernels": [k.to_json() for k in selected]})
+        click.echo(json.dumps(data, indent=2))
         return
 
 
@@ -61,10 +64,7 @@ def kernels(ops: tuple[str, ...], target: str | None, as_json: bool, build: bool
                       ", ".join(sorted(p.removesuffix("ExecutionProvider") for p in k.providers)),
                       ", ".join(sorted(k.dtypes)), _needs(k), k.notes)
         last = k.implements
-    out = console()
-    if not out.is_terminal:  # piped or captured: do not fold names at 80 columns
-        out.width = max(out.width, 200)
-    out.print(table)
+    console().print(table)  # plain lines where stdout is not a terminal: nothing folded
 
 
 def _needs(k) -> str:
@@ -90,7 +90,9 @@ def _build(out: str | None, jobs: int | None) -> None:
     folder = Path(out) if out else images.image_dir()
     start = time.perf_counter()
     try:
-        built = compiler.build_images(metadata.kernels_dir(), folder, jobs=jobs)
+        with stage_progress() as progress:  # minutes of nvcc: say so while it runs
+            progress("build")
+            built = compiler.build_images(metadata.kernels_dir(), folder, jobs=jobs)
     except compiler.CompileError as error:
         raise UsageError(str(error).splitlines()[0]) from None
     images.clear_cache()

@@ -9,11 +9,12 @@ import click
 from onnxopt.api import check_output_path, staging_to, write_result
 from onnxopt.bisection import bisect
 from onnxopt.commands.options import debug_option, write_json
+from onnxopt.commands.progress import stage_progress
 from onnxopt.commands.report import (
     import_rich_meanwhile,
     print_optimize,
     print_verify,
-    stage_progress,
+    stopped_rules,
 )
 from onnxopt.commands.verify_cmd import inputs_options, verify_inputs
 from onnxopt.errors import UsageError, VerificationError
@@ -101,36 +102,44 @@ def optimize(model: str, output: str | None, json_path: str | None, do_verify: b
                               opset=opset, ort_version=ort_version, determinism=determinism,
                               tune=tune, tune_cache=tune_cache,
                               fuse=not no_fuse, debug=debug)
-    with stage_progress(enabled=not quiet) as progress:
-        if not quiet:
-            progress = _importing_rich_at_checks(progress)
+    with stage_progress(enabled=not quiet) as clock:
+        progress = clock if quiet else _importing_rich_at_checks(clock)
         result = optimize_guarded(model, options, progress=progress, stage=staging_to(output))
         progress("write")
         write_result(result, output, model)
-    guard = result.report.stages.get("safeguard", {})
-    if str(guard.get("problem", "")).startswith("internal error"):
-        # A bug of ours that the safeguard worked around: said even under -q, so it gets reported.
-        click.echo(f"onnxopt: warning: {guard['problem']}; {guard.get('fallback')} result "
-                   "written (please report this)", err=True)
+        clock.end()  # the warnings get lines of their own
+        guard = result.report.stages.get("safeguard", {})
+        if str(guard.get("problem", "")).startswith("internal error"):
+            # A bug of ours that the safeguard worked around: said even under -q, so it gets
+            # reported.
+            click.echo(f"onnxopt: warning: {guard['problem']}; {guard.get('fallback')} result "
+                       "written (please report this)", err=True)
+        for warning in stopped_rules(result.report):
+            click.echo(f"onnxopt: warning: {warning}", err=True)
+        verify_report = found = None
+        if do_verify:
+            progress("verify")
+            given = verify_inputs(inputs, shapes)
+            try:
+                verify_report = verify_isolated(model, output, **given)
+            except NotVerified as e:  # a model killed, nothing comparable: still say what ran
+                if not quiet and e.report.runs:
+                    clock.end()
+                    print_verify(e.report)
+                raise
+            if do_bisect and not verify_report.ok:
+                progress("bisect")
+                found = bisect(model, options, given, first=result, first_report=verify_report)
+                if found.culprits:
+                    progress("write")
+                    write_result(found.result, output, model)
+    clock.add_to(result.report.stage_seconds)
     data = result.report.to_json()
     data["output"] = output
-    verify_report = found = None
-    if do_verify:
-
-        given = verify_inputs(inputs, shapes)
-        try:
-            verify_report = verify_isolated(model, output, **given)
-        except NotVerified as e:  # a model killed, nothing comparable: still say what ran
-            if not quiet and e.report.runs:
-                print_verify(e.report)
-            raise
+    if verify_report is not None:
         data["verify"] = verify_report.to_json()
-        if do_bisect and not verify_report.ok:
-
-            found = bisect(model, options, given, first=result, first_report=verify_report)
-            data["bisect"] = found.to_json()
-            if found.culprits:
-                write_result(found.result, output, model)
+    if found is not None:
+        data["bisect"] = found.to_json()
     if not quiet:
         print_optimize(result.report, output)
         if verify_report is not None:

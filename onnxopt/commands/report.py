@@ -1,13 +1,14 @@
-"""Terminal rendering of reports (rich tables, a progress line on a terminal)."""
+"""Rendering of reports: rich tables on a terminal, plain lines in a log (:mod:`.plain`)."""
 
 from __future__ import annotations
 
-import contextlib
 import sys
 import threading
 from collections import Counter, defaultdict
 from typing import TYPE_CHECKING
 
+from onnxopt.commands.plain import PlainConsole, PlainTable, is_terminal
+from onnxopt.fuse import STOPPED
 from onnxopt.pipeline import OptimizeReport
 from onnxopt.safeguard import safeguard_lines
 from onnxopt.verification import VerifyReport
@@ -16,16 +17,19 @@ if TYPE_CHECKING:
     from rich.console import Console
     from rich.table import Table
 
-# rich is imported where something is printed: a quiet run (a CI conversion job's) never
-# prints a table, and importing rich is about 30 ms of every start.
+# rich is imported where something is printed to a terminal: a quiet run (a CI conversion
+# job's) never prints a table, a log gets plain lines, and importing rich is about 30 ms of
+# every start.
 
 
 def import_rich_meanwhile() -> None:
     """Import rich on a thread of its own, now: the caller is about to wait on child
     processes (the safeguard's checks), with the interpreter idle and a core free once the
     checker's child is done. Importing it takes 30-60 ms, and the report is printed right after
-    the checks; this import then waits only for whatever part is not done yet."""
-    threading.Thread(target=_import_rich, name="onnxopt-import-rich", daemon=True).start()
+    the checks; this import then waits only for whatever part is not done yet. Only for a
+    terminal: a log gets plain lines, without rich."""
+    if is_terminal(sys.stdout):
+        threading.Thread(target=_import_rich, name="onnxopt-import-rich", daemon=True).start()
 
 
 def _import_rich() -> None:
@@ -33,32 +37,32 @@ def _import_rich() -> None:
     import rich.table  # noqa: F401 - imported for the report printed after the checks
 
 
-def console() -> Console:
+def console() -> Console | PlainConsole:
+    """Where reports are printed: rich on a terminal; plain lines when stdout is a file or a
+    pipe (a CI log), which rich would fold at 80 columns, splitting names mid-word."""
+    if not is_terminal(sys.stdout):
+        return PlainConsole()
     from rich.console import Console
 
     return Console(highlight=False, soft_wrap=True)
 
 
-def new_table(title: str) -> Table:
+def new_table(title: str) -> Table | PlainTable:
+    if not is_terminal(sys.stdout):
+        return PlainTable(title)
     from rich.table import Table
 
     return Table(title=title, show_edge=False, title_justify="left")
 
 
-@contextlib.contextmanager
-def stage_progress(enabled: bool = True):
-    """Yield a ``progress(stage_name)`` callback; shows a spinner only on an interactive stderr."""
-    if not enabled or not sys.stderr.isatty():
-        yield lambda _name: None
-        return
-
-    from rich.console import Console
-    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
-
-    with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
-                  console=Console(stderr=True), transient=True) as bar:
-        task = bar.add_task("starting", total=None)
-        yield lambda name: bar.update(task, description=name)
+def stopped_rules(report: OptimizeReport) -> list[str]:
+    """A warning for each rule the fuse stage stopped at its rewrite cap (a rule whose output
+    matches its own pattern again): a bug in the rule, said even under ``-q``."""
+    fusion = report.stages.get("fuse")
+    regions = fusion.regions if fusion is not None else []
+    return [f"rule {r.rule} was {r.detail} (at node {r.root}; please report this to the "
+            "rule's author)" for r in regions
+            if r.status == "refused" and r.detail.startswith(f"{STOPPED} ")]
 
 
 def print_optimize(report: OptimizeReport, output: str) -> None:
@@ -84,12 +88,14 @@ def print_optimize(report: OptimizeReport, output: str) -> None:
             printer(out, summary)
     times = "  ".join(f"{k} {v * 1000:.0f} ms" for k, v in report.stage_seconds.items())
     out.print(f"stages: {times}")
-    out.print(f"wrote {output}")
+    out.print(f"wrote {output}", markup=False)
 
 
 def print_normalize(out: Console, summary: dict[str, int]) -> None:
+    """What each pass changed, by the name the JSON report gives it (snake_case)."""
     if summary:
-        out.print("normalize: " + ", ".join(f"{k} {v}" for k, v in summary.items()))
+        out.print("normalize: " + ", ".join(f"{'_'.join(k.split())} {v}"
+                                            for k, v in summary.items()), markup=False)
 
 
 def print_fusion(out: Console, report) -> None:

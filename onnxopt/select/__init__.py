@@ -25,10 +25,6 @@ from onnxopt.select.registry import default_registry
 from onnxopt.select.selector import Selection, legal_kernels, select_kernel
 from onnxopt.select.shapes import Binding
 
-# Measured times within this fraction of the fastest are a tie (decided by the cost model):
-# two sessions of one and the same model differ by about this much on a shared machine.
-TUNING_TIE = 0.03
-
 
 class SelectReport:
     def __init__(self) -> None:
@@ -69,11 +65,11 @@ def run(model: Model, options: OptimizeOptions, *,
         if not legal:
             selection = _fallback(node, target, registry, model.opset)
         elif tuner is not None and len(legal) > 1 and (timed := tuner.times(node, legal)):
-            times, failed, sig = timed
-            selection = select_kernel(node, target, registry, times, model_opset=model.opset,
-                                      unit="ms", basis="tuned", failed=failed,
-                                      tolerance=TUNING_TIE,
-                                      prior=cost_model.estimates(legal, node, target, binding))
+            timings, failed, sig = timed
+            untuned = select_kernel(node, target, registry,
+                                    cost_model.estimates(legal, node, target, binding),
+                                    model_opset=model.opset, failed=failed)
+            selection = tuning.tuned_selection(untuned, legal, timings)
             selection.signature = sig
         else:
             selection = None
@@ -88,12 +84,12 @@ def run(model: Model, options: OptimizeOptions, *,
     return report if report.selections else None
 
 
-def _both_lengths(short: dict[str, float], short_failed: dict[str, str],
-                  long: dict[str, float], long_failed: dict[str, str]):
-    """The geometric mean of a kernel's times at the two lengths; failing at either fails."""
+def _both_lengths(short: dict[str, tuning.Timing], short_failed: dict[str, str],
+                  long: dict[str, tuning.Timing], long_failed: dict[str, str]):
+    """The geometric mean of a kernel's timings at the two lengths; failing at either fails."""
     failed = {**long_failed, **short_failed}
-    times = {k: (short[k] * long[k]) ** 0.5 for k in short if k in long and k not in failed}
-    return times, failed
+    timings = {k: short[k].combined(long[k]) for k in short if k in long and k not in failed}
+    return timings, failed
 
 
 def _fallback(node, target: Target, registry: list[Kernel], model_opset: int) -> Selection:
@@ -118,7 +114,8 @@ class _Tuner:
         self.measure_missing = options.tune  # a cache alone is read, never extended
 
     def times(self, node, legal: list[Kernel]):
-        """(ms by kernel, failures, signature) for ``legal``, or None if it cannot be tuned."""
+        """(timings by kernel, failures, signature) for ``legal``, or None if it cannot be
+        tuned."""
 
         sig = tuning.signature(node, self.binding)
         if sig is None:
@@ -146,6 +143,6 @@ class _Tuner:
             self.timed += 1
             entry = self.cache.get(key)
         names = {k.name for k in legal}
-        times = {k: v for k, v in entry["times_ms"].items() if k in names}
+        timings = {k: t for k, t in self.cache.timings(key).items() if k in names}
         failed = {k: v for k, v in entry["failed"].items() if k in names}
-        return times, failed, sig
+        return timings, failed, sig

@@ -6,7 +6,15 @@ decomposition always among them — is emitted into a micro-model holding just
 that op (plus the head-split/merge Transposes around it in the model, which
 ONNX Runtime cancels against the emitted layout conversions), and timed in
 ONNX Runtime on the target's provider: 1 intra-op thread, no spinning, the
-candidates interleaved, the median of ``runs`` after a warm-up.
+candidates interleaved, after a warm-up, for at least ``MIN_ROUNDS`` rounds and
+``MIN_SECONDS`` (so a sub-millisecond kernel is run hundreds of times).
+
+The tuned choice is the *default* — what the cost model picks without ``--tune`` —
+unless another candidate is clearly faster (:func:`decide`): its slower quartile
+must beat the default's faster quartile by ``MARGIN``. Timings that differ by
+less than their own noise then decide nothing, and reruns write the same file:
+on a shared runner, medians of two runs picked three different attention
+kernels in four runs.
 
 Decisions go to a JSON cache keyed by signature, provider, ONNX Runtime
 version and machine (host name and CPU model), so later runs and other
@@ -23,6 +31,8 @@ import platform
 import statistics
 import tempfile
 import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -39,10 +49,16 @@ from onnxopt.legality.target import Target
 from onnxopt.select._emit import BNSH_TO_BSNH, transposed_from
 from onnxopt.select.bind import bind
 from onnxopt.select.kernel import Kernel
+from onnxopt.select.selector import Selection
 from onnxopt.select.shapes import Binding
 
 CACHE_FORMAT = 1
-DEFAULT_RUNS = 15
+MIN_ROUNDS = 21  # interleaved rounds of every candidate, at the least
+MIN_SECONDS = 0.3  # and for at least this long: more rounds where kernels are fast
+MAX_ROUNDS = 2000
+BUDGET_SECONDS = 3.0  # a signature of slow kernels stops here (after 5 rounds at the least)
+WARMUP_RUNS = 3
+MARGIN = 0.05  # how much faster than the default's faster quartile a candidate's slower one must be
 
 
 def default_cache_path() -> str:
@@ -96,8 +112,90 @@ def cache_key(sig: str, target: Target, ort_version: str) -> str:
     return f"{sig}|{target.provider}|ort {ort_version}|{machine_id()}"
 
 
+@dataclass(frozen=True)
+class Timing:
+    """A kernel's measured milliseconds: the median, and the quartiles around it (the middle
+    half of the runs), which say how noisy the median is."""
+
+    median: float
+    fast: float  # the first quartile
+    slow: float  # the third quartile
+
+    @classmethod
+    def of(cls, samples_ms: list[float]) -> Timing:
+        if len(samples_ms) < 2:
+            return cls.exact(samples_ms[0])
+        fast, median, slow = statistics.quantiles(samples_ms, n=4, method="inclusive")
+        return cls(median, fast, slow)
+
+    @classmethod
+    def exact(cls, ms: float) -> Timing:
+        """A time known without its spread (a cache entry written before spreads were kept)."""
+        return cls(ms, ms, ms)
+
+    def combined(self, other: Timing) -> Timing:
+        """The geometric mean with ``other`` (a candidate timed at two sequence lengths)."""
+        return Timing(*((a * b) ** 0.5 for a, b in zip(
+            (self.median, self.fast, self.slow), (other.median, other.fast, other.slow))))
+
+    def spread(self) -> str:
+        return f"{self.fast:.3g}-{self.slow:.3g} ms"
+
+
+def clearly_faster(candidate: Timing, default: Timing, margin: float = MARGIN) -> bool:
+    """Whether ``candidate`` beats ``default`` by more than the noise of either: its slower
+    quartile is below the default's faster one by ``margin``."""
+    return candidate.slow * (1 + margin) < default.fast
+
+
+def decide(default: str, timings: Mapping[str, Timing], order: Iterable[str],
+           margin: float = MARGIN) -> str:
+    """The kernel to use: ``default`` (the untuned choice) unless another is clearly faster.
+
+    Challengers are tried in ``order`` (the cost model's ranking), each against the choice so
+    far, so two challengers that are equally fast do not take turns with the noise: the first
+    one stands. A default without a timing stands."""
+    chosen = default
+    if default not in timings:
+        return chosen
+    for name in order:
+        if name != chosen and name in timings and clearly_faster(timings[name], timings[chosen],
+                                                                 margin):
+            chosen = name
+    return chosen
+
+
+def tuned_selection(untuned: Selection, legal: list[Kernel],
+                    timings: Mapping[str, Timing]) -> Selection:
+    """The selection ``--tune`` makes from ``untuned`` (the cost model's, which rejected the
+    kernels that failed to run): its choice is the default, kept unless :func:`decide` finds
+    another clearly faster; every other timed kernel is rejected with its time."""
+    default = untuned.chosen.name
+    order = sorted(timings, key=lambda name: (untuned.costs.get(name, float("inf")), name))
+    chosen = decide(default, timings, order)
+    best = timings.get(chosen)
+    rejected = [(k, why) for k, why in untuned.rejected if k.name not in timings]
+    for k in legal:
+        if k.name == chosen or k.name not in timings:
+            continue
+        t = timings[k.name]
+        why = f"measured {t.median:.3g} ms"
+        if best is not None:
+            why += f"; {chosen} {best.median:.3g} ms"
+            if t.median < best.median:
+                why += (f" (within the noise: the middle halves of the runs, {t.spread()} "
+                        f"against {best.spread()}, are not {MARGIN:.0%} apart)")
+        rejected.append((k, why))
+    kernel = next(k for k in legal if k.name == chosen)
+    return Selection(untuned.node, untuned.op, kernel, rejected,
+                     costs={name: t.median for name, t in timings.items()}, unit="ms",
+                     basis="tuned")
+
+
 class TuningCache:
-    """The decisions file: ``{"format": 1, "entries": {key: {"times_ms": …, "failed": …}}}``."""
+    """The decisions file: ``{"format": 1, "entries": {key: {"times_ms": …, "spread_ms": …,
+    "failed": …}}}``; ``spread_ms`` holds each kernel's quartiles (an entry without them is read
+    as exact times)."""
 
     def __init__(self, path: str | None) -> None:
         self.path = path or default_cache_path()
@@ -113,10 +211,24 @@ class TuningCache:
     def get(self, key: str) -> dict | None:
         return self.entries.get(key)
 
-    def put(self, key: str, times_ms: dict[str, float], failed: dict[str, str], runs: int) -> None:
+    def timings(self, key: str) -> dict[str, Timing]:
+        """The entry's timings by kernel (none where there is no entry)."""
+        entry = self.entries.get(key, {})
+        spreads = entry.get("spread_ms", {})
+        out = {}
+        for name, median in entry.get("times_ms", {}).items():
+            fast, slow = spreads.get(name, (median, median))
+            out[name] = Timing(median, fast, slow)
+        return out
+
+    def put(self, key: str, timings: Mapping[str, Timing], failed: dict[str, str],
+            runs: int) -> None:
         old = self.entries.get(key, {})
         self.entries[key] = {
-            "times_ms": {**old.get("times_ms", {}), **{k: round(v, 5) for k, v in times_ms.items()}},
+            "times_ms": {**old.get("times_ms", {}),
+                         **{k: round(t.median, 5) for k, t in timings.items()}},
+            "spread_ms": {**old.get("spread_ms", {}),
+                          **{k: [round(t.fast, 5), round(t.slow, 5)] for k, t in timings.items()}},
             "failed": {**old.get("failed", {}), **failed},
             "runs": runs,
             "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
@@ -216,8 +328,12 @@ def _feeds(session, seed: int = 0) -> dict:
 
 
 def measure(model: Model, node: Node, kernels: list[Kernel], target: Target, binding: Binding,
-            runs: int = DEFAULT_RUNS, budget_s: float = 2.0) -> tuple[dict[str, float], dict[str, str]]:
-    """Median milliseconds of each kernel's micro-model, and the kernels that failed (why)."""
+            runs: int = MIN_ROUNDS, budget_s: float = BUDGET_SECONDS
+            ) -> tuple[dict[str, Timing], dict[str, str]]:
+    """Each kernel's timing on its micro-model, and the kernels that failed (why).
+
+    The candidates run interleaved (each round in another order), ``runs`` rounds at the
+    least and for ``MIN_SECONDS``, and each round is read against itself (:func:`blocked`)."""
 
     sessions, failed = {}, {}
     for k in kernels:
@@ -235,18 +351,36 @@ def measure(model: Model, node: Node, kernels: list[Kernel], target: Target, bin
     samples: dict[str, list[float]] = {name: [] for name in sessions}
     for name, s in list(sessions.items()):
         try:
-            for _ in range(2):
+            for _ in range(WARMUP_RUNS):
                 evaluation.run(s, feeds[name])
         except Exception as e:  # noqa: BLE001
             failed[name] = f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"
             del sessions[name]
     names = sorted(sessions)
-    deadline = time.perf_counter() + budget_s
-    for r in range(runs):
-        for name in names[r % len(names):] + names[:r % len(names)] if names else []:
-            start = time.perf_counter()
+    start = time.perf_counter()
+    for r in range(MAX_ROUNDS if names else 0):
+        for name in names[r % len(names):] + names[:r % len(names)]:
+            begin = time.perf_counter()
             sessions[name].run(None, feeds[name])
-            samples[name].append(time.perf_counter() - start)
-        if r >= 4 and time.perf_counter() > deadline:
+            samples[name].append((time.perf_counter() - begin) * 1000)
+        elapsed = time.perf_counter() - start
+        if (r + 1 >= runs and elapsed >= MIN_SECONDS) or (r >= 4 and elapsed > budget_s):
             break
-    return {n: statistics.median(samples[n]) * 1000 for n in names}, failed
+    return {n: Timing.of(times) for n, times in blocked(samples).items()}, failed
+
+
+def blocked(samples: Mapping[str, list[float]]) -> dict[str, list[float]]:
+    """Every round's times divided by that round's geometric mean, in units of the median
+    of those means (milliseconds again).
+
+    Another process on the core slows every kernel of the rounds it lasts through; without
+    this, such a stretch widens every kernel's spread, and whether a candidate is clearly
+    faster would depend on when the load came. Divided by their round, the times say how the
+    kernels compare with each other, which is the question, and keep their scale."""
+    names = list(samples)
+    rounds = min((len(samples[n]) for n in names), default=0)
+    if not rounds:
+        return {n: list(samples[n]) for n in names}
+    means = [statistics.geometric_mean([samples[n][i] for n in names]) for i in range(rounds)]
+    scale = statistics.median(means)
+    return {n: [samples[n][i] / means[i] * scale for i in range(rounds)] for n in names}

@@ -21,7 +21,7 @@ def test_kernels_lists_the_registry(cli):
 def test_kernels_json_filters_by_op_and_target(cli):
     code, out, _ = cli("kernels", "--json", "--op", "GeluFused", "--target", "cpu")
     assert code == 0
-    data = json.loads(out)
+    data = json.loads(out)["kernels"]
     assert data and {k["implements"] for k in data} == {"GeluFused"}
     assert all("CPUExecutionProvider" in k["providers"] for k in data)
     fast = next(k for k in data if k["name"] == "ort.FastGelu")
