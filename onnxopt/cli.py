@@ -234,11 +234,11 @@ def exit_without_teardown(code: int) -> None:
     import atexit
     import threading
 
-    if hasattr(signal, "pthread_sigmask"):  # the command is over: a late signal changes nothing
-        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
     main_thread = threading.main_thread()
     if any(not t.daemon for t in threading.enumerate() if t is not main_thread):
         sys.exit(code)
+    if hasattr(signal, "pthread_sigmask"):  # the command is over: a late signal changes nothing
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
     atexit._run_exitfuncs()  # what a normal exit runs first; CPython has no public name
     for stream in (sys.stdout, sys.stderr):
         try:

@@ -28,7 +28,7 @@ from onnxopt.commands.report import (
     stage_progress,
 )
 from onnxopt.commands.verify_cmd import inputs_options, verify_inputs
-from onnxopt.errors import VerificationError
+from onnxopt.errors import UnverifiedError, VerificationError
 from onnxopt.exporter.save import TrialFolder, pause_point
 from onnxopt.options import OptimizeOptions
 from onnxopt.pipeline import OptimizeResult
@@ -168,13 +168,21 @@ def _optimize(model: str, output: str, options: OptimizeOptions, given: dict, *,
 def _write_if_verified(result: OptimizeResult, output: str, model: str, given: dict,
                        progress) -> VerifyReport:
     """Write ``result`` into a trial folder beside ``output``, verify it there, and put it in
-    place only if it verifies; the trial folder is gone either way."""
+    place only if it verifies (or where verification could not run at all); the trial
+    folder is gone either way."""
     trial = TrialFolder(output)
     try:
         write_result(result, output, model, trial=trial)
         pause_point("verify")
         progress("verify")
-        report = verify_isolated(model, trial.path, **given)
+        try:
+            report = verify_isolated(model, trial.path, **given)
+        except UnverifiedError:
+            # No verdict on the result: the original runs on no input onnxopt can make. The
+            # result is not known to be bad, so it is put in place as without --verify, and
+            # the error (exit 1) says how to give inputs that verify it.
+            trial.commit()
+            raise
         if report.ok:
             trial.commit()
         return report
