@@ -43,7 +43,11 @@ def optimize(model: str | os.PathLike | ModelProto, output: str | os.PathLike | 
         stage = staging_to(os.fspath(output))
     result = optimize_guarded(source, options, stage=stage)
     if output is not None:
-        write_result(result, os.fspath(output), source if isinstance(source, str) else None)
+        try:
+            write_result(result, os.fspath(output), source if isinstance(source, str) else None)
+        finally:
+            if result.staged is not None:
+                result.staged.discard()  # a no-op once it was put in place
     result.whole_proto()  # handed on: its own numbers, not the input file's
     if return_result:
         return result

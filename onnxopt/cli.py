@@ -191,17 +191,28 @@ def _runtime_problem(args: list[str], error: BaseException) -> str | None:
     """Where a command that loads ONNX Runtime failed: what is wrong with the ONNX Runtime
     install, if anything (else ``None``: the error is what it says). Looked for only then, in
     a child (a broken native library may crash it), so a run that works pays nothing."""
-    from onnxopt import isolation, ort_facts
+    from onnxopt import ort_facts
 
     if isinstance(error, ort_facts.BrokenRuntime):
         return str(error)
     if not args or args[0] not in _ORT_COMMANDS or getattr(error, "exit_code", 1) == 2:
         return None  # a usage error: nothing was run
-    try:
-        return isolation.isolated(ort_facts.runtime_problem)
-    except Exception:  # noqa: BLE001 - importing it crashed the child
-        return ("importing onnxruntime crashes; reinstall it: pip install --force-reinstall "
-                "onnxruntime (or onnxruntime-gpu)")
+    return _diagnosed_runtime()
+
+
+_DIAGNOSIS: list[str | None] = []  # found once per process (a program may call main often)
+
+
+def _diagnosed_runtime() -> str | None:
+    from onnxopt import isolation, ort_facts
+
+    if not _DIAGNOSIS:
+        try:
+            _DIAGNOSIS.append(isolation.isolated(ort_facts.runtime_problem))
+        except Exception:  # noqa: BLE001 - importing it crashed the child
+            _DIAGNOSIS.append("importing onnxruntime crashes; reinstall it: pip install "
+                              "--force-reinstall onnxruntime-gpu (or onnxruntime)")
+    return _DIAGNOSIS[0]
 
 
 def fewer_collections() -> None:
