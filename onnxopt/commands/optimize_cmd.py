@@ -28,7 +28,7 @@ from onnxopt.commands.report import (
     stage_progress,
 )
 from onnxopt.commands.verify_cmd import inputs_options, verify_inputs
-from onnxopt.errors import UnverifiedError, VerificationError
+from onnxopt.errors import OnnxoptError, UnverifiedError, VerificationError
 from onnxopt.exporter.save import TrialFolder, pause_point
 from onnxopt.options import OptimizeOptions
 from onnxopt.pipeline import OptimizeResult
@@ -177,12 +177,16 @@ def _write_if_verified(result: OptimizeResult, output: str, model: str, given: d
         progress("verify")
         try:
             report = verify_isolated(model, trial.path, **given)
-        except UnverifiedError:
-            # No verdict on the result: the original runs on no input onnxopt can make. The
-            # result is not known to be bad, so it is put in place as without --verify, and
-            # the error (exit 1) says how to give inputs that verify it.
-            trial.commit()
-            raise
+        except OnnxoptError as e:
+            if isinstance(e, UnverifiedError):
+                # No verdict on the result: the original runs on no input onnxopt can make.
+                # It is not known to be bad, so it is put in place as without --verify, and
+                # the error (exit 1) says how to give inputs that verify it.
+                trial.commit()
+            if trial.path not in str(e):
+                raise
+            # Said of the output the user named, not of the trial folder's copy.
+            raise type(e)(str(e).replace(trial.path, output)) from None
         if report.ok:
             trial.commit()
         return report

@@ -120,10 +120,13 @@ class TrialFolder:
 
     def __init__(self, path: str) -> None:
         self.final = _writable_destination(path)
-        with signals_held():
-            self.folder = tempfile.mkdtemp(prefix=f".{os.path.basename(self.final)}.",
-                                           suffix=".tmp", dir=os.path.dirname(self.final))
-            _temporaries[self.folder] = os.getpid()
+        try:
+            with signals_held():
+                self.folder = tempfile.mkdtemp(prefix=f".{os.path.basename(self.final)}.",
+                                               suffix=".tmp", dir=os.path.dirname(self.final))
+                _temporaries[self.folder] = os.getpid()
+        except OSError as e:
+            raise UsageError(f"{self.final}: cannot write output: {e.strerror or e}") from e
         self.path = os.path.join(self.folder, os.path.basename(self.final))
 
     def inside(self, path: str) -> str:
