@@ -23,6 +23,11 @@ from onnxopt.errors import Interrupted
 # where one fails, a broken ONNX Runtime install is looked for (:func:`_runtime_problem`).
 _ORT_COMMANDS = frozenset({"optimize", "explain", "verify", "run"})
 
+# The signals :func:`run`'s handler raised on: an error that follows one is its echo (an ORT
+# custom op's callback turns any exception into ORT's error status, which comes back as
+# another exception), and the command was interrupted all the same.
+_SIGNALLED: list[Interrupted] = []
+
 
 def __getattr__(name: str):
     """``cli``: the click group (:mod:`onnxopt.commands.group`), imported when asked for."""
@@ -68,7 +73,8 @@ def _raise_on_signals() -> None:
     native checks) get the defaults back, and die at once. Only :func:`run` does this: a
     program calling :func:`main` keeps its own handlers."""
     def interrupt(number: int, _frame) -> None:
-        raise Interrupted(number, signal.Signals(number).name)
+        _SIGNALLED.append(Interrupted(number, signal.Signals(number).name))
+        raise _SIGNALLED[-1]
 
     for number in (signal.SIGTERM, signal.SIGINT):
         if signal.getsignal(number) != signal.SIG_IGN:
@@ -136,9 +142,6 @@ def _command(args: list[str]) -> int:
     debug = "--debug" in args
     try:
         import click
-
-        from onnxopt import ort_facts
-        from onnxopt.errors import OnnxoptError
     except (KeyboardInterrupt, Interrupted) as e:
         return _interrupted(e)
     try:
@@ -154,24 +157,8 @@ def _command(args: list[str]) -> int:
         code = e.exit_code
     except click.exceptions.Abort as e:  # click's word for Ctrl-C in main: KeyboardInterrupt
         code = _interrupted(e.__context__ or e)
-    except (OnnxoptError, ort_facts.BrokenRuntime) as e:
-        if debug:
-            _print_traceback()
-        problem = _runtime_problem(args, e)
-        _say(f"onnxopt: error: {problem or e}")
-        code = 1 if problem else e.exit_code
-    except Exception as e:  # noqa: BLE001 - a bug of ours: one line unless --debug
-        if debug:
-            _print_traceback()
-        problem = _runtime_problem(args, e)
-        if problem:
-            _say(f"onnxopt: error: {problem}")
-            code = 1
-        else:
-            first = str(e).strip().splitlines()[0] if str(e).strip() else ""
-            _say(f"onnxopt: internal error: {type(e).__name__}: {first} "
-                 "(run with --debug for the traceback)")
-            code = 3
+    except Exception:  # noqa: BLE001 - an error of the input's, or a bug of ours: one line
+        code = _interrupted(_SIGNALLED[0]) if _SIGNALLED else _error(args, debug)
     finally:
         # What an interruption left between two steps (the steps' own cleanups ran already);
         # where the writer was never imported, nothing was written.
@@ -179,6 +166,28 @@ def _command(args: list[str]) -> int:
         if save is not None:
             save.remove_temporaries()
     return code
+
+
+def _error(args: list[str], debug: bool) -> int:
+    """The exception being handled, said in one line (with its traceback under ``--debug``);
+    its exit code: the error's own, 1 where ONNX Runtime's install is broken, 3 for a bug."""
+    from onnxopt import ort_facts
+    from onnxopt.errors import OnnxoptError
+
+    e = sys.exc_info()[1]
+    if debug:
+        _print_traceback()
+    problem = _runtime_problem(args, e)
+    if problem:
+        _say(f"onnxopt: error: {problem}")
+        return 1
+    if isinstance(e, (OnnxoptError, ort_facts.BrokenRuntime)):
+        _say(f"onnxopt: error: {e}")
+        return e.exit_code
+    first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+    _say(f"onnxopt: internal error: {type(e).__name__}: {first} "
+         "(run with --debug for the traceback)")
+    return 3
 
 
 def _print_traceback() -> None:

@@ -148,3 +148,16 @@ def test_a_reader_that_stops_early_is_not_an_error(models_dir, tmp_path):
     proc.stdout.close()
     err = proc.stderr.read()
     assert (proc.wait(timeout=120), err) == (0, b"")
+
+
+def test_an_error_that_follows_a_signal_is_the_interruption(cli, monkeypatch, tmp_path):
+    """An ORT custom op's callback turns any exception, the interruption too, into ORT's error
+    status, which comes back as another error: once the handler has raised, the command was
+    interrupted, whatever error ends it."""
+    from onnxopt import cli as command_line
+    from onnxopt.errors import Interrupted
+
+    monkeypatch.setattr(command_line, "_SIGNALLED", [Interrupted(signal.SIGTERM, "SIGTERM")])
+    assert cli("run", tmp_path / "missing.onnx") == (143, "", "onnxopt: interrupted\n")
+    monkeypatch.setattr(command_line, "_SIGNALLED", [])
+    assert cli("run", tmp_path / "missing.onnx")[0] == 2
