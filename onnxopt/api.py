@@ -15,7 +15,8 @@ from onnx import ModelProto
 
 from onnxopt.bisection import bisect as run_bisect
 from onnxopt.errors import UsageError
-from onnxopt.exporter.save import inline_external, save_model, stage_bytes
+from onnxopt.exporter.destination import check_outputs
+from onnxopt.exporter.save import TrialFolder, inline_external, save_model, stage_bytes
 from onnxopt.options import OptimizeOptions
 from onnxopt.pipeline import OptimizeResult
 from onnxopt.safeguard import explain_guarded, optimize_guarded
@@ -42,7 +43,11 @@ def optimize(model: str | os.PathLike | ModelProto, output: str | os.PathLike | 
         stage = staging_to(os.fspath(output))
     result = optimize_guarded(source, options, stage=stage)
     if output is not None:
-        write_result(result, os.fspath(output), source if isinstance(source, str) else None)
+        try:
+            write_result(result, os.fspath(output), source if isinstance(source, str) else None)
+        finally:
+            if result.staged is not None:
+                result.staged.discard()  # a no-op once it was put in place
     result.whole_proto()  # handed on: its own numbers, not the input file's
     if return_result:
         return result
@@ -88,16 +93,9 @@ def explain(model: str | os.PathLike | ModelProto, **option_kwargs: Any):
 
 
 def check_output_path(source: str | None, output: str) -> None:
-    """Refuse outputs that would overwrite the input or cannot be written, before any work."""
-    if source is not None and os.path.exists(output) and os.path.samefile(source, output):
-        raise UsageError(f"{output}: output path is the input file; refusing to overwrite it")
-    if source is not None and os.path.abspath(source) == os.path.abspath(output):
-        raise UsageError(f"{output}: output path is the input file; refusing to overwrite it")
-    if os.path.isdir(output):
-        raise UsageError(f"{output}: output path is a directory")
-    folder = os.path.dirname(os.path.abspath(output))
-    if not os.path.isdir(folder):
-        raise UsageError(f"{output}: output folder {folder} does not exist")
+    """Refuse, before any work, an output that would overwrite the input or cannot be written
+    (:func:`onnxopt.exporter.destination.check_outputs`)."""
+    check_outputs({"-o": output}, [("MODEL", source)])
 
 
 def staging_to(output: str):
@@ -105,7 +103,11 @@ def staging_to(output: str):
     return lambda data: stage_bytes(data, output)
 
 
-def write_result(result: OptimizeResult, output: str, source: str | None) -> None:
+def write_result(result: OptimizeResult, output: str, source: str | None,
+                 trial: TrialFolder | None = None) -> None:
+    """Write ``result`` to ``output`` atomically, never over one of the input's files; with
+    ``trial``, into that folder under ``output``'s name instead, for the caller to check and
+    then put in place (:meth:`TrialFolder.commit`)."""
     protected = frozenset(_source_files(result))
     if source is not None:
         protected |= {os.path.realpath(source)}
@@ -114,6 +116,14 @@ def write_result(result: OptimizeResult, output: str, source: str | None) -> Non
             result.staged.discard()
         raise UsageError(f"{output}: output path is one of the input's files (its external "
                          "data); refusing to overwrite it")
+    if trial is not None:
+        # The files the output's folder must keep keep their names in the trial folder too,
+        # so that what is moved out of it never replaces them.
+        folder = os.path.realpath(os.path.dirname(os.path.abspath(output)))
+        protected |= {trial.inside(p) for p in protected if os.path.dirname(p) == folder}
+        if result.staged is not None and result.staged.path == os.path.abspath(output):
+            result.staged.path = trial.path  # its bytes move into the trial folder as they are
+        output = trial.path
     save_model(result.proto, result.external, output,
                use_external=result.model.had_external_data, protected=protected,
                serialized=result.serialized, staged=result.staged, encoded=result.encoded,

@@ -27,16 +27,20 @@ from onnxopt.verification import VerifyReport, verify_models
 @dataclass
 class BisectReport:
     """What bisection found: the mismatch it started from, the culprits, and the result
-    without them (``None`` when none was found, with ``reason`` saying why)."""
+    without them (``None`` when none was found, with ``reason`` saying why) with its own
+    verification (``verified``)."""
 
     mismatch: list[str] = field(default_factory=list)
     culprits: list[str] = field(default_factory=list)
     result: OptimizeResult | None = None
     runs: int = 0
     reason: str | None = None
+    verified: VerifyReport | None = None
 
     def lines(self) -> list[str]:
-        out = [f"bisect: the optimized model differs ({'; '.join(self.mismatch)})"]
+        # No mismatch of its own: the model optimized anew verifies, only the reason is news.
+        out = [f"bisect: the optimized model differs ({'; '.join(self.mismatch)})"
+               ] if self.mismatch else []
         if self.culprits:
             out += [f"bisect: caused by {describe(u)}" for u in self.culprits]
             out.append(f"bisect: without it the model verifies ({self.runs} runs)")
@@ -69,8 +73,9 @@ def bisect(source: str | ModelProto, options: OptimizeOptions,
         runs[frozenset()] = (first, first_report)
     first, report = attempt(frozenset())
     if report.ok:
-        return BisectReport(result=first, runs=len(runs),
-                            reason="the optimized model verifies: there is nothing to bisect")
+        return BisectReport(result=first, runs=len(runs), verified=report,
+                            reason="optimized anew, the model verifies: there is nothing to "
+                                   "bisect")
     mismatch = [f"{o.name}: max abs {o.max_abs:.3g}, max rel {o.max_rel:.3g} "
                 f"(tolerance {o.tolerance:g})" for o in report.outputs if not o.ok]
     units = units_of(first, options)
@@ -79,7 +84,8 @@ def bisect(source: str | ModelProto, options: OptimizeOptions,
             "the mismatch remains with every fusion and pass held back: no rewrite of "
             "onnxopt's causes it"))
     culprits = minimal_hold(units, lambda hold: attempt(frozenset(hold))[1].ok)
-    return BisectReport(mismatch, culprits, attempt(frozenset(culprits))[0], runs=len(runs))
+    without, verified = attempt(frozenset(culprits))
+    return BisectReport(mismatch, culprits, without, runs=len(runs), verified=verified)
 
 
 def _in_memory(result: OptimizeResult) -> ModelProto:

@@ -38,3 +38,14 @@ class UnverifiedError(OnnxoptError):
     (not a mismatch: nothing was compared). The message starts with "could not verify"."""
 
     exit_code = 1
+
+
+class Interrupted(BaseException):
+    """SIGINT or SIGTERM, as the console script raises it (:func:`onnxopt.cli.run`): where the
+    main thread is, as Python raises KeyboardInterrupt, so that every ``finally`` runs (the
+    writer's removes its temporary files). Not an Exception: nothing that handles errors may
+    swallow it. ``exit_code`` is the one a shell gives a process its signal ended."""
+
+    def __init__(self, number: int, name: str) -> None:
+        super().__init__(name)
+        self.exit_code = 128 + number

@@ -17,6 +17,45 @@ FALLBACK_MAX_IR = 10
 _ABOVE_ANY_IR = 1000  # no ONNX Runtime reads this: its refusal names its maximum
 
 
+class BrokenRuntime(RuntimeError):
+    """``import onnxruntime`` gives a module that is not ONNX Runtime's whole Python package:
+    the message says what is missing and how to reinstall it. (The command line prints it as
+    one line and exits 1; it is not an :class:`onnxopt.errors.OnnxoptError` only because this
+    module imports nothing of onnxopt's.)"""
+
+    exit_code = 1
+
+
+# What onnxopt reads of the module; where one is missing, the package is broken.
+_NEEDED = ("__version__", "InferenceSession", "SessionOptions", "get_available_providers")
+
+
+def runtime_problem() -> str | None:
+    """What is wrong with the installed ONNX Runtime, in a sentence that says how to fix it;
+    ``None`` where it imports whole (or is not installed at all, which the caller says)."""
+    try:
+        import onnxruntime as ort
+    except ModuleNotFoundError as e:
+        if e.name == "onnxruntime":
+            return None
+        return _broken(f"importing it fails ({e})")
+    except ImportError as e:
+        return _broken(f"importing it fails ({e})")
+    missing = [name for name in _NEEDED if not hasattr(ort, name)]
+    if missing:
+        where = getattr(ort, "__file__", None) or ", ".join(getattr(ort, "__path__", []))
+        return _broken(f"the module{f' at {where}' if where else ''} has no "
+                       f"{', '.join(missing)}")
+    return None
+
+
+def _broken(what: str) -> str:
+    return (f"ONNX Runtime is not installed whole: {what}. This happens when onnxruntime and "
+            "onnxruntime-gpu were both installed and one of them was uninstalled (they share "
+            "the onnxruntime folder); reinstall the one you use: pip install "
+            "--force-reinstall onnxruntime-gpu (or onnxruntime)")
+
+
 @dataclass(frozen=True)
 class RuntimeFacts:
     """ORT's version (``None`` where it cannot be imported) and the highest IR version it
@@ -28,7 +67,11 @@ class RuntimeFacts:
 
 @functools.lru_cache(maxsize=1)
 def find_facts() -> RuntimeFacts:
-    """The facts, found in this process (which loads ORT for them), once."""
+    """The facts, found in this process (which loads ORT for them), once. A broken install
+    raises :class:`BrokenRuntime`; one that is not there at all has no version."""
+    problem = runtime_problem()
+    if problem is not None:
+        raise BrokenRuntime(problem)
     try:
         import onnxruntime as ort
     except ImportError:

@@ -66,8 +66,10 @@ def test_optimize_verify_bisect_writes_the_model_without_the_culprit(relu_model,
     assert "bisect: caused by rule wrong_relu at node Relu_1" in stdout
     assert err.startswith("onnxopt: warning: the optimized model differed from")
     data = json.loads(report.read_text())
-    assert data["verify"]["ok"] is False and data["bisect"]["culprits"] == [
-        "fuse:wrong_relu@Relu_1"]
+    # The JSON is about the model written: the one without the culprit, which verifies.
+    assert data["written"] is True and data["verify"]["ok"] is True
+    assert data["bisect"]["culprits"] == ["fuse:wrong_relu@Relu_1"]
+    assert data["bisect"]["mismatch"][0].startswith("y: max abs ")
     assert verify_models(str(relu_model), str(out)).ok
     # without --bisect the same run is a verification failure
     rc, _, err = cli("optimize", relu_model, "-o", out, "--verify", "--target", "cpu", "-q")

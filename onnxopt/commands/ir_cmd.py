@@ -17,7 +17,7 @@ from onnxopt.options import OptimizeOptions
 @click.option("--normalized", is_flag=True, help="Print the IR after normalization.")
 @debug_option
 def ir(model: str, normalized: bool, debug: bool) -> None:
-    """Print MODEL's semantic IR as text (``{}`` ONNX attributes, ``<>`` recorded meaning)."""
+    """Print MODEL's semantic IR as text ({...} ONNX attributes, <...> recorded meaning)."""
 
     m = import_model(model)
     if debug:

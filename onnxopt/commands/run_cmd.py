@@ -9,6 +9,8 @@ import numpy as np
 
 from onnxopt.commands.options import debug_option
 from onnxopt.errors import OnnxoptError, UsageError
+from onnxopt.exporter.destination import check_outputs
+from onnxopt.exporter.save import write_atomically
 from onnxopt.importer.load import read_model_proto
 from onnxopt.ir.dtypes import dtype_name, numpy_dtype
 from onnxopt.runtime import RuntimeUnavailable, cuda_available, session, used_ops
@@ -25,20 +27,22 @@ class RunError(OnnxoptError):
 
 @click.command("run")
 @click.argument("model", type=click.Path())
-@click.option("--inputs", "inputs_path", type=click.Path(dir_okay=False), default=None,
-              help="An .npz of named inputs (default: random inputs that fit the model).")
+@click.option("--inputs", "inputs_paths", type=click.Path(dir_okay=False), multiple=True,
+              metavar="FILE.npz",
+              help="An .npz of named inputs (default: random inputs that fit the model); "
+                   "one set per run.")
 @click.option("--provider", type=click.Choice(["cpu", "cuda"]), default=None,
               help="Execution provider (default: cuda where onnxopt's CUDA kernels can run, "
                    "else cpu, where they run as their NumPy references).")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
-              help="Write the outputs to this .npz.")
+              help="Write the outputs to this file, as .npz (the name is kept as given).")
 @click.option("--batch", default=1, show_default=True, type=click.IntRange(1),
               help="Size of batch dimensions in random inputs.")
 @click.option("--seq", default=16, show_default=True, type=click.IntRange(1),
               help="Size of every other symbolic dimension in random inputs.")
 @click.option("--seed", default=0, show_default=True, type=int, help="Seed of random inputs.")
 @debug_option
-def run(model: str, inputs_path: str | None, provider: str | None, output: str | None,
+def run(model: str, inputs_paths: tuple[str, ...], provider: str | None, output: str | None,
         batch: int, seq: int, seed: int, debug: bool) -> None:
     """Run MODEL in ONNX Runtime with onnxopt's kernels registered; print its outputs.
 
@@ -49,8 +53,11 @@ def run(model: str, inputs_path: str | None, provider: str | None, output: str |
 
     if not os.path.isfile(model):
         raise UsageError(f"{model}: no such file")
-    if output is not None and os.path.isdir(output):
-        raise UsageError(f"{output}: output path is a directory")
+    if len(inputs_paths) > 1:
+        raise UsageError(f"--inputs given {len(inputs_paths)} times: run takes one input set "
+                         "(run it once per file)")
+    inputs_path = inputs_paths[0] if inputs_paths else None
+    check_outputs({"-o": output}, [("MODEL", model), ("--inputs", inputs_path)])
 
     proto = read_model_proto(model)  # one-line errors for files that are not ONNX models
     ours = sorted(op for domain, op in used_ops(proto) if domain == CUDA_DOMAIN)
@@ -73,7 +80,8 @@ def run(model: str, inputs_path: str | None, provider: str | None, output: str |
         raise RunError(f"{model}: ONNX Runtime failed: {_first_line(error)}") from None
     _print(names, results, sess.get_providers()[0])
     if output is not None:
-        np.savez(output, **dict(zip(names, results)))
+        # To a file object: np.savez given a name would add .npz to one without it.
+        write_atomically(output, lambda f: np.savez(f, **dict(zip(names, results))))
         click.echo(f"wrote {output}")
 
 

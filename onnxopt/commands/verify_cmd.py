@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import stat
-import sys
 
 import click
 
@@ -162,13 +160,8 @@ def check_save_folder(path: str) -> None:
 
 
 def _write(json_path: str | None, data: dict) -> None:
-    if json_path is None:
-        return
-    if json_path == STDOUT:
-        sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
-        sys.stdout.flush()
-        return
-    write_json(json_path, data)
+    if json_path is not None:
+        write_json(json_path, data)  # ("-": the standard output)
 
 
 def _bisect(original: str, optimized: str, output: str | None, given: dict,

@@ -50,3 +50,16 @@ def padding_mask(shape: tuple[int, ...]) -> np.ndarray:
         pad = 2 if row == 0 else max(1, seq // 3) + row - 1
         flat[row, seq - min(pad, seq - 1):] = 0
     return mask
+
+
+def padding_mask_both_sides(shape: tuple[int, ...]) -> np.ndarray:
+    """:func:`padding_mask` with every other row padded at its start instead (left padding, as
+    batched generation feeds): such a row's first queries see no key at all under a causal
+    mask, a case right padding never makes and kernels treat differently (zeros, NaN, the
+    uniform average)."""
+    mask = padding_mask(shape)
+    if len(shape) < 2 or shape[-1] < 3:
+        return mask
+    flat = mask.reshape(-1, shape[-1])
+    flat[1::2] = flat[1::2, ::-1].copy()
+    return mask

@@ -6,17 +6,32 @@ and are renamed into place last, so a failure leaves either the old state or
 the complete new one. Weights that were external in the input are streamed
 from their source file to the new data file chunk by chunk; a model over
 2 GB, which protobuf cannot serialise, has its large weights moved out too.
+
+Nothing is left behind either: every temporary file (or folder) is made inside the ``try``
+that removes it on any failure (a full disk, a folder that refuses it, an interruption), and
+is listed until it is put in place or removed. The command line turns SIGTERM into an
+exception as Python turns SIGINT into one (:func:`onnxopt.cli.run`), so the ``finally``
+clauses run, and as it ends it removes whatever is still listed
+(:func:`remove_temporaries`): a signal that lands between two steps, after a file was made
+and before the step that owns it began its ``try``, leaves nothing either.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
+import signal
+import sys
 import tempfile
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Iterator, Sequence
+from typing import BinaryIO
 
 from onnx import ModelProto, TensorProto, numpy_helper
 
 from onnxopt.errors import UsageError
+from onnxopt.exporter.destination import check_destination
 from onnxopt.exporter.pieces import write_pieces
 from onnxopt.exporter.serialize import model_parts
 from onnxopt.ir.tensor import LazyTensor, stored_size
@@ -27,6 +42,14 @@ EXTERNAL_MARK = "__onnxopt_external__"
 PROTOBUF_LIMIT = 2**31 - 1
 EXTERNAL_THRESHOLD = 1024  # bytes: smaller tensors stay inline, as onnx's own saver does
 _ALIGN = 64
+
+# Temporary files and folders this process made and has not put in place or removed yet, each
+# with the pid of the process that made it (a forked child must not remove its parent's).
+_temporaries: dict[str, int] = {}
+
+# A test hook: where this environment variable names a point of :func:`pause_point`, the
+# process stops there a while, for a test to signal it exactly then.
+PAUSE_ENV = "ONNXOPT_TEST_PAUSE_AT"
 
 
 class StagedFile:
@@ -40,7 +63,7 @@ class StagedFile:
 
     def commit(self) -> None:
         if self.tmp is not None:
-            os.replace(self.tmp, self.path)
+            _put_in_place(self.tmp, self.path)
             self.tmp = None
 
     def discard(self) -> None:
@@ -53,17 +76,118 @@ def stage_bytes(data: bytes | Sequence[bytes], path: str) -> StagedFile:
     """``data`` (bytes, or pieces written one after the other) in a temporary file beside
     ``path`` (a one-line error if it cannot be)."""
     path = _writable_destination(path)
+    tmp = None
     try:
         tmp = _temp_beside(path)
-    except OSError as e:
-        raise UsageError(f"{path}: cannot write output: {e.strerror or e}") from e
-    try:
         with _open_temp(tmp, buffering=0) as f:
             write_pieces(f.fileno(), [data] if isinstance(data, bytes) else data)
-    except OSError as e:
-        _unlink_quiet(tmp)
-        raise UsageError(f"{path}: cannot write output: {e.strerror or e}") from e
+    except BaseException as e:
+        if tmp is not None:
+            _unlink_quiet(tmp)
+        if isinstance(e, OSError):
+            raise UsageError(f"{path}: cannot write output: {e.strerror or e}") from e
+        raise
+    pause_point("staged")  # handed on, the caller removes it; until then, remove_temporaries
     return StagedFile(tmp, path)
+
+
+def write_atomically(path: str, write: Callable[[BinaryIO], None]) -> None:
+    """``write(f)`` into a temporary file beside ``path``, renamed into place once it returns
+    (a JSON report, ``run``'s outputs); on any failure nothing is left and ``path`` is as it
+    was."""
+    path = _writable_destination(path)
+    tmp = None
+    try:
+        tmp = _temp_beside(path)
+        with _open_temp(tmp) as f:
+            write(f)
+        pause_point("small-file")
+        _put_in_place(tmp, path)
+        tmp = None
+    except OSError as e:
+        raise UsageError(f"{path}: cannot write: {e.strerror or e}") from e
+    finally:
+        if tmp is not None:
+            _unlink_quiet(tmp)
+
+
+class TrialFolder:
+    """A hidden folder beside ``path`` where a result is written under its final name, with
+    its external data, and checked (``optimize --verify``) before it is put in place:
+    :meth:`commit` moves its files into ``path``'s folder, the model last, and
+    :meth:`discard` removes whatever is left. A data file's location is its name alone, so
+    the model reads the same in either folder."""
+
+    def __init__(self, path: str) -> None:
+        self.final = _writable_destination(path)
+        try:
+            with signals_held():
+                self.folder = tempfile.mkdtemp(prefix=f".{os.path.basename(self.final)}.",
+                                               suffix=".tmp", dir=os.path.dirname(self.final))
+                _temporaries[self.folder] = os.getpid()
+        except OSError as e:
+            raise UsageError(f"{self.final}: cannot write output: {e.strerror or e}") from e
+        self.path = os.path.join(self.folder, os.path.basename(self.final))
+
+    def inside(self, path: str) -> str:
+        """Where the file ``path`` of the final folder is found in this one."""
+        return os.path.join(os.path.realpath(self.folder), os.path.basename(path))
+
+    def commit(self) -> None:
+        names = sorted(os.listdir(self.folder), key=lambda n: n == os.path.basename(self.path))
+        with signals_held():  # all of them, or none as far as an interruption goes
+            for name in names:
+                os.replace(os.path.join(self.folder, name),
+                           os.path.join(os.path.dirname(self.final), name))
+            self.discard()
+
+    def discard(self) -> None:
+        shutil.rmtree(self.folder, ignore_errors=True)
+        _temporaries.pop(self.folder, None)
+
+
+def remove_temporaries() -> None:
+    """Remove every temporary file or folder this process made and did not put in place or
+    remove (what an interruption at the wrong moment left); the command line calls it as it
+    ends."""
+    with signals_held():
+        for path, pid in list(_temporaries.items()):
+            if pid != os.getpid():
+                continue
+            if os.path.isdir(path) and not os.path.islink(path):
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                with contextlib.suppress(OSError):
+                    os.unlink(path)
+            _temporaries.pop(path, None)
+
+
+@contextlib.contextmanager
+def signals_held() -> Iterator[None]:
+    """SIGINT and SIGTERM held back until the block ends (then delivered): the steps inside
+    (making a temporary file and listing it, renaming a data file and its model) happen
+    together as far as an interruption goes."""
+    if not hasattr(signal, "pthread_sigmask"):
+        yield
+        return
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
+def pause_point(name: str) -> None:
+    """A test hook, inert unless ``ONNXOPT_TEST_PAUSE_AT`` names this point: the process then
+    says ``onnxopt: paused at NAME`` on stderr and sleeps (a minute at most) for a test to
+    signal it there (tests/commands/test_interrupted.py). The points: ``staged`` (the
+    safeguard's bytes written beside the output), ``data-file`` and ``model-file`` (the
+    writer's temporaries), ``small-file`` (a report's), ``verify`` (a result written to its
+    trial folder, before ``--verify`` runs)."""
+    if os.environ.get(PAUSE_ENV) == name:
+        sys.stderr.write(f"onnxopt: paused at {name}\n")
+        sys.stderr.flush()
+        time.sleep(60)
 
 
 def save_model(proto: ModelProto, external: dict[str, LazyTensor], path: str, *,
@@ -92,13 +216,7 @@ def save_model(proto: ModelProto, external: dict[str, LazyTensor], path: str, *,
 
 
 def _writable_destination(path: str) -> str:
-    path = os.path.abspath(path)
-    folder = os.path.dirname(path)
-    if not os.path.isdir(folder):
-        raise UsageError(f"{path}: output folder does not exist")
-    if not os.access(folder, os.W_OK):
-        raise UsageError(f"{path}: output folder is not writable")
-    return path
+    return check_destination(path)
 
 
 def _save(proto: ModelProto, external: dict[str, LazyTensor], path: str, use_external: bool,
@@ -110,35 +228,42 @@ def _save(proto: ModelProto, external: dict[str, LazyTensor], path: str, use_ext
         inline_size = sum(stored_size(t) for t in tensors) + sum(
             len(raw) for raw in left_out.values())  # the 64 MB slack covers headers
         use_external = inline_size > PROTOBUF_LIMIT - (1 << 26)
-    data_tmp = data_path = None
+    data_tmp = data_path = model_tmp = None
     try:
         if use_external or external:
             restore_left_out(proto, left_out)  # the data file is written from the messages
             data_path = _data_file_name(path, protected)
-            data_tmp = _write_data_file(tensors, external, data_path, use_external)
+            data_tmp = _temp_beside(data_path)
+            with _open_temp(data_tmp) as f:
+                wrote = _write_data_file(tensors, external, f, os.path.basename(data_path),
+                                         use_external)
+            if not wrote:
+                _unlink_quiet(data_tmp)
+                data_tmp = None
+            pause_point("data-file")
         if staged is not None and data_path is None and staged.path == path:
             staged.commit()
             return
         model_tmp = _temp_beside(path)
-        try:
-            with _open_temp(model_tmp, buffering=0) as f:
-                if serialized is not None and data_path is None:
-                    write_pieces(f.fileno(), [serialized])
-                else:  # in pieces: joined, they would be one more copy of every weight
-                    write_pieces(f.fileno(),
-                                 model_parts(proto, encoded if data_path is None else None))
+        with _open_temp(model_tmp, buffering=0) as f:
+            if serialized is not None and data_path is None:
+                write_pieces(f.fileno(), [serialized])
+            else:  # in pieces: joined, they would be one more copy of every weight
+                write_pieces(f.fileno(),
+                             model_parts(proto, encoded if data_path is None else None))
+        pause_point("model-file")
+        with signals_held():  # the data file and the model that reads it, together
             if data_tmp is not None:
-                os.replace(data_tmp, data_path)
+                _put_in_place(data_tmp, data_path)
                 data_tmp = None
-            os.replace(model_tmp, path)
-        except BaseException:
-            _unlink_quiet(model_tmp)
-            raise
+            _put_in_place(model_tmp, path)
+            model_tmp = None
     except OSError as e:
         raise UsageError(f"{path}: cannot write output: {e.strerror or e}") from e
     finally:
-        if data_tmp is not None:
-            _unlink_quiet(data_tmp)
+        for tmp in (data_tmp, model_tmp):
+            if tmp is not None:
+                _unlink_quiet(tmp)
 
 
 def restore_left_out(proto: ModelProto, left_out: dict[int, memoryview]) -> None:
@@ -160,51 +285,46 @@ def inline_external(proto: ModelProto, external: dict[str, LazyTensor]) -> None:
             t.raw_data = b"".join(src.raw_chunks())
 
 
-def _write_data_file(tensors: list[TensorProto], external: dict[str, LazyTensor],
-                     data_path: str, move_large: bool) -> str | None:
-    """Write the data file's bytes to a temporary file; ``None`` (and no file) if none go out."""
-    tmp = _temp_beside(data_path)
-    location = os.path.basename(data_path)
+def _write_data_file(tensors: list[TensorProto], external: dict[str, LazyTensor], f: BinaryIO,
+                     location: str, move_large: bool) -> bool:
+    """Write the data file's bytes to ``f`` (named ``location`` beside the model), pointing the
+    tensors that go out at them; whether any went out."""
     offset = 0
     wrote = False
-    with _open_temp(tmp) as f:
-        for t in tensors:
-            if _is_placeholder(t) and 0 < _source_size(external[t.name]) < EXTERNAL_THRESHOLD:
-                # Small tensors (shapes, axes) go inline, as onnx's own saver does: shape
-                # inference (and onnx.checker's full check) cannot read external ones.
-                t.data_location = TensorProto.DEFAULT
-                del t.external_data[:]
-                t.raw_data = b"".join(external[t.name].raw_chunks())
-                continue
-            if _is_placeholder(t):
-                chunks = external[t.name].raw_chunks()
-            elif move_large and t.data_location != TensorProto.EXTERNAL and stored_size(t) >= EXTERNAL_THRESHOLD:
-                data = _readable_bytes(t)
-                if data is None:
-                    continue  # numbers onnxopt cannot read (segments, an unknown type): as they were
-                chunks = iter([data])
-                _clear_data(t)
-            else:
-                continue
-            pad = (-offset) % _ALIGN
-            if pad:
-                f.write(b"\0" * pad)
-                offset += pad
-            length = 0
-            for chunk in chunks:
-                f.write(chunk)
-                length += len(chunk)
-            t.data_location = TensorProto.EXTERNAL
+    for t in tensors:
+        if _is_placeholder(t) and 0 < _source_size(external[t.name]) < EXTERNAL_THRESHOLD:
+            # Small tensors (shapes, axes) go inline, as onnx's own saver does: shape
+            # inference (and onnx.checker's full check) cannot read external ones.
+            t.data_location = TensorProto.DEFAULT
             del t.external_data[:]
-            t.external_data.add(key="location", value=location)
-            t.external_data.add(key="offset", value=str(offset))
-            t.external_data.add(key="length", value=str(length))
-            offset += length
-            wrote = True
-    if not wrote:
-        _unlink_quiet(tmp)
-        return None
-    return tmp
+            t.raw_data = b"".join(external[t.name].raw_chunks())
+            continue
+        if _is_placeholder(t):
+            chunks = external[t.name].raw_chunks()
+        elif move_large and t.data_location != TensorProto.EXTERNAL and stored_size(t) >= EXTERNAL_THRESHOLD:
+            data = _readable_bytes(t)
+            if data is None:
+                continue  # numbers onnxopt cannot read (segments, an unknown type): as they were
+            chunks = iter([data])
+            _clear_data(t)
+        else:
+            continue
+        pad = (-offset) % _ALIGN
+        if pad:
+            f.write(b"\0" * pad)
+            offset += pad
+        length = 0
+        for chunk in chunks:
+            f.write(chunk)
+            length += len(chunk)
+        t.data_location = TensorProto.EXTERNAL
+        del t.external_data[:]
+        t.external_data.add(key="location", value=location)
+        t.external_data.add(key="offset", value=str(offset))
+        t.external_data.add(key="length", value=str(length))
+        offset += length
+        wrote = True
+    return wrote
 
 
 def _source_size(tensor: LazyTensor) -> int:
@@ -265,14 +385,25 @@ def _data_file_name(path: str, protected: frozenset[str]) -> str:
 
 
 def _temp_beside(path: str) -> str:
-    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp",
-                               dir=os.path.dirname(path))
+    """A new empty file beside ``path``, listed in :data:`_temporaries` as it is made."""
+    with signals_held():
+        fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp",
+                                   dir=os.path.dirname(path))
+        _temporaries[tmp] = os.getpid()
     try:
         # mkstemp makes the file private (0600); the output should get the usual mode.
         os.fchmod(fd, _file_mode())
+    except BaseException:
+        _unlink_quiet(tmp)
+        raise
     finally:
         os.close(fd)
     return tmp
+
+
+def _put_in_place(tmp: str, path: str) -> None:
+    os.replace(tmp, path)
+    _temporaries.pop(tmp, None)
 
 
 def _open_temp(tmp: str, buffering: int = -1):
@@ -296,3 +427,4 @@ def _unlink_quiet(path: str) -> None:
         os.unlink(path)
     except OSError:
         pass
+    _temporaries.pop(path, None)

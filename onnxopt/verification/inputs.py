@@ -5,8 +5,9 @@ and each *size set* picks new sizes for each dim by its role (:mod:`.dims`): bat
 then 2; sequence lengths that are not multiples of common tile sizes; image sides the
 model suggests, else 32 and 64. Integer inputs that index an embedding
 table (through Gather, possibly after a Cast or Reshape) stay below the table's
-size; inputs named like masks get ones with padding zeros at the end of rows,
-so attention masking is really exercised.
+size; inputs named like masks get ones with padding zeros at the end of the first
+row and at the start of the next (and so on), so attention masking is really exercised,
+rows whose first queries see no key included.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import onnx
 from onnx import ModelProto
 
 from onnxopt.errors import UsageError
-from onnxopt.evaluation.sizes import padding_mask
+from onnxopt.evaluation.sizes import padding_mask_both_sides
 from onnxopt.ir.dtypes import dtype_name, numpy_dtype
 from onnxopt.verification.dims import (
     BATCH,
@@ -111,7 +112,7 @@ def _random_tensor(name: str, dtype: str, shape: tuple[int, ...], bound: int | N
                    rng: np.random.Generator) -> np.ndarray:
     lname = name.lower()
     if "mask" in lname and dtype in ("int64", "int32", "bool", "float32", "float16", "uint8"):
-        return padding_mask(shape).astype(numpy_dtype(dtype))
+        return padding_mask_both_sides(shape).astype(numpy_dtype(dtype))
     if dtype in ("float32", "float16", "float64", "bfloat16"):
         return rng.standard_normal(shape).astype(numpy_dtype(dtype))
     if dtype == "bool":
