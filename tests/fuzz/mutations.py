@@ -1003,6 +1003,53 @@ def intermediate_output(model: ModelProto, rng: random.Random) -> ModelProto | N
     return m
 
 
+@proto_mutation(1.5)
+def rounding_tail(model: ModelProto, rng: random.Random) -> ModelProto | None:
+    """Valid: ``q = (k·c + c) / c`` with ``k = Floor(x·64)`` (a whole number, so ``q`` is
+    exactly ``k + 1`` in IEEE arithmetic, and ``q · (1/c)`` is not), then Floor, Round, a cast
+    to int32, ArgMax or an equality test on ``q``, as a new output. ``x`` is a float value
+    computed from the model's inputs and weights alone, so nothing fused changes its bits: the
+    new output must come out bit for bit the same (a normal form that is not exact, applied
+    where nothing is fused, turns the last bit into another integer)."""
+    m = copy_model(model)
+    g = m.graph
+    types = inferred_types(m)
+    sources = {i.name for i in g.input} | {t.name for t in g.initializer}
+    sources |= {o for n in g.node if n.op_type == "Constant" for o in n.output}
+    early = [o for n in g.node if n.input and all(i in sources for i in n.input if i)
+             for o in n.output if o]
+    floats = [v for v in [*early, *(i.name for i in g.input)]
+              if v in types and types[v].tensor_type.elem_type == TensorProto.FLOAT]
+    if not floats:
+        return None
+    x = rng.choice(floats)
+    names = {key: fresh_name(g, f"fuzz_{key}") for key in ("c", "s", "k", "kc", "y", "q")}
+    g.initializer.extend([
+        onnx.numpy_helper.from_array(np.array(rng.choice([41.0, 6.0, 3.0, 7.0]), np.float32),
+                                     names["c"]),
+        onnx.numpy_helper.from_array(np.array(64.0, np.float32), names["s"])])
+    g.node.extend([
+        helper.make_node("Mul", [x, names["s"]], [names["k"] + "_scaled"]),
+        helper.make_node("Floor", [names["k"] + "_scaled"], [names["k"]]),
+        helper.make_node("Mul", [names["k"], names["c"]], [names["kc"]]),
+        helper.make_node("Add", [names["kc"], names["c"]], [names["y"]]),
+        helper.make_node("Div", [names["y"], names["c"]], [names["q"]])])
+    kind = rng.choice(["Floor", "Round", "CastInt", "ArgMax", "Equal"])
+    q, out = names["q"], fresh_name(g, f"fuzz_{kind.lower()}")
+    if kind == "CastInt":
+        g.node.append(helper.make_node("Cast", [q], [out], to=TensorProto.INT32))
+    elif kind == "ArgMax":
+        g.node.append(helper.make_node("ArgMax", [q], [out], axis=-1, keepdims=0))
+    elif kind == "Equal":
+        floor = fresh_name(g, "fuzz_floor")
+        g.node.extend([helper.make_node("Floor", [q], [floor]),
+                       helper.make_node("Equal", [q, floor], [out])])
+    else:
+        g.node.append(helper.make_node(kind, [q], [out]))
+    g.output.append(onnx.ValueInfoProto(name=out))
+    return m
+
+
 @proto_mutation(1.0)
 def output_change(model: ModelProto, rng: random.Random) -> ModelProto | None:
     """Graph outputs: one removed, duplicated, renamed to nothing, or a graph input / an
