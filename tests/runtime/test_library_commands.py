@@ -4,10 +4,11 @@ the report of `optimize --target cuda` (text and JSON) names the library the out
 from __future__ import annotations
 
 import onnxruntime as ort
+import pytest
 
 from onnxopt.options import OptimizeOptions
 from onnxopt.pipeline import run_pipeline
-from onnxopt.runtime import library
+from onnxopt.runtime import RuntimeUnavailable, cuda_available, library, session
 
 
 def test_kernels_library_prints_a_path_ort_registers(cli, tmp_path):
@@ -46,3 +47,12 @@ def test_the_json_selection_names_it_as_the_schema_says(models_dir):
         data = result.report.stages["select"].to_json()
         selection.validate(data)
         assert data.get("runtime_libraries") == want
+
+
+@pytest.mark.skipif(cuda_available.unavailable_reason() is None, reason="CUDA is usable here")
+def test_a_cuda_session_where_cuda_cannot_run_says_so_in_one_line(models_dir):
+    reason = cuda_available.unavailable_reason(kernels=False)
+    with pytest.raises(RuntimeUnavailable) as caught:
+        session(str(models_dir / "gpt2.ts.onnx"), providers=["CUDAExecutionProvider"])
+    assert str(caught.value) == f"CUDAExecutionProvider was asked for, but {reason}"
+    assert "\n" not in str(caught.value)
