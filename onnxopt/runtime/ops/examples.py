@@ -1,6 +1,6 @@
 """Small attention graphs, spelled the way exporters write them, that stage 6 binds to
 ``ai.onnxopt.cuda::FlashAttention`` (the models in ``models/`` have head size 16, below what
-the kernel takes). Used by the tests and by ``benchmarks/gpu_e2e.py``.
+the kernel takes). Used by the tests.
 """
 
 from __future__ import annotations
