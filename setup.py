@@ -1,15 +1,17 @@
-"""Builds onnxopt's one native piece: the ONNX Runtime custom-op shim.
+"""Builds onnxopt's native piece, libonnxopt_ops (the kernels as ONNX Runtime custom ops), and
+copies the CUDA kernels into the wheel.
 
-Everything else lives in pyproject.toml. The shim is plain C with no Python or
-ORT headers; it is built as an extension only so that `pip install` compiles it
-with the system C compiler (the EXT_SUFFIX in its file name is harmless: it is
-loaded with ctypes, never imported). `optional=True` lets installation succeed
-without a compiler; onnxopt/runtime/native.py then explains what is missing.
-The source's hash is compiled in, so that an edited shim.c in an editable
-install is noticed and rebuilt instead of silently using the stale library.
+Everything else lives in pyproject.toml. The library is plain C (no Python, ORT or CUDA
+headers); it is built as an extension only so that `pip install` compiles it with the system C
+compiler, under its own name (``libonnxopt_ops.so``: users register it by path, so it carries
+no Python tag) and without linking Python. First its header is generated from
+``kernels/*.json`` (``onnxopt/runtime/_native/build.py``), so the C argument packing is the
+Python side's. `optional=True` lets installation succeed without a compiler;
+onnxopt.runtime.library then builds it on first use or says what is missing. The hash of its
+sources is compiled in, so that an edited source in an editable install is noticed and rebuilt
+instead of silently using the stale library.
 """
 
-import hashlib
 import importlib.util
 import os
 import shutil
@@ -17,11 +19,11 @@ import sys
 from pathlib import Path
 
 from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
 from setuptools.command.build_py import build_py
 
-SHIM = "onnxopt/runtime/_native/shim.c"
-SHIM_HASH = hashlib.sha256((Path(__file__).parent / SHIM).read_bytes()).hexdigest()[:16]
-
+NATIVE = "onnxopt/runtime/_native"
+LIBRARY = "onnxopt.runtime._native.libonnxopt_ops"
 KERNELS = Path(__file__).parent / "kernels"
 KERNEL_FILES = ("*.cu", "*.cuh", "*.json", "*.md")
 
@@ -59,25 +61,54 @@ class BuildPyWithKernels(build_py):
         print(f"onnxopt: built {len(images)} CUDA kernel images", file=sys.stderr)
 
 
-def _load_compiler():
-    """onnxopt/runtime/cuda/compiler.py by path: it imports only the standard library, and
-    onnxopt's dependencies are not installed in an isolated build environment."""
-    path = Path(__file__).parent / "onnxopt" / "runtime" / "cuda" / "compiler.py"
-    spec = importlib.util.spec_from_file_location("_onnxopt_kernel_compiler", path)
+def _load(name: str, path: Path):
+    """A module of onnxopt by path: it imports only the standard library, and onnxopt's
+    dependencies are not installed in an isolated build environment."""
+    spec = importlib.util.spec_from_file_location(name, Path(__file__).parent / path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses look the module up while it executes
     spec.loader.exec_module(module)
     return module
 
 
+def _load_compiler():
+    return _load("_onnxopt_kernel_compiler", Path("onnxopt/runtime/cuda/compiler.py"))
+
+
+class BuildNativeLibrary(build_ext):
+    """libonnxopt_ops: generate its header, compile it with the flags build.py states, name it
+    libonnxopt_ops.so."""
+
+    def build_extension(self, ext):
+        if ext.name != LIBRARY:
+            return super().build_extension(ext)
+        native = _load("_onnxopt_native_build", Path(NATIVE) / "build.py")
+        generated = Path(self.build_temp) / "onnxopt_ops_generated"
+        native.write_header(generated)
+        ext.include_dirs = [str(generated), NATIVE]
+        ext.define_macros = [("ONNXOPT_OPS_SOURCE_HASH", f'"{native.source_hash()}"')]
+        ext.extra_compile_args = [f for f in native.CFLAGS if f != "-fPIC"]
+        ext.libraries = [flag.removeprefix("-l") for flag in native.LIBS]
+        return super().build_extension(ext)
+
+    def get_ext_filename(self, fullname):
+        # distutils asks with the full dotted name or with its last part only
+        if fullname.split(".")[-1] != LIBRARY.split(".")[-1]:
+            return super().get_ext_filename(fullname)
+        suffix = ".dylib" if sys.platform == "darwin" else ".so"
+        return os.path.join(*fullname.split(".")) + suffix
+
+    def get_export_symbols(self, ext):
+        return ["RegisterCustomOps"] if ext.name == LIBRARY else super().get_export_symbols(ext)
+
+
 setup(
-    cmdclass={"build_py": BuildPyWithKernels},
+    cmdclass={"build_py": BuildPyWithKernels, "build_ext": BuildNativeLibrary},
     ext_modules=[
         Extension(
-            "onnxopt.runtime._native.libonnxopt_shim",
-            sources=[SHIM],
-            define_macros=[("ONNXOPT_SHIM_SOURCE_HASH", f'"{SHIM_HASH}"')],
-            extra_compile_args=["-O2"],
+            LIBRARY,
+            sources=[f"{NATIVE}/{name}" for name in
+                     ("ops_main.c", "ops_plan.c", "ops_host.c", "ops_cuda.c")],
             optional=True,
         )
     ]

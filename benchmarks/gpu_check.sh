@@ -1,21 +1,29 @@
 #!/usr/bin/env bash
-# GPU check for the project's CUDA kernels, in one command, on a machine with a GPU, nvcc,
-# Python 3.12 and torch but no network and no PyCUDA:
+# The GPU check, in phases that each fit 8 minutes on the 16-core GPU test machine (no network,
+# onnxruntime's CPU build, no PyCUDA: it is built from the sdist in benchmarks/_wheels/):
 #
-#     bash benchmarks/gpu_check.sh            # results in $OUT (default benchmarks/_work/gpu_check)
+#     PHASE=1 bash benchmarks/gpu_check.sh   # correctness
+#     PHASE=2 bash benchmarks/gpu_check.sh   # speed
+#     bash benchmarks/gpu_check.sh           # both, one after the other
 #
-# 1. installs PyCUDA from the sdist in benchmarks/_wheels/ (offline; required: contexts, device
-#    attributes, device memory and compiling for uncovered architectures go through it);
-# 2. builds the shipped kernel images (onnxopt kernels --build: SASS sm_80/86/89/90 + PTX) and
-#    checks the device loads one without compiling -> $OUT/kernels_build.txt;
-# 3. runs the GPU tests (pytest -m gpu tests/kernels tests/runtime) -> $OUT/pytest_gpu.txt:
-#    every attention specialisation at two head sizes of its bucket (8..256) against float64
-#    for every mask kind (left/right padding, additive bias, causal, causal offset), fp16/bf16/
-#    fp32; norms and activations; ORT's CUDA provider on whole models (IO binding, CUDA graph);
-#    attention against PyTorch's SDPA (head sizes 32..256, with and without a bias);
-# 4. runs benchmarks/gpu_kernels.py -> $OUT/gpu_kernels.md and .json (attention vs SDPA,
-#    norms and activations vs copy bandwidth);
-# 5. runs benchmarks/gpu_e2e.py (optimized models through ORT on our kernels) -> $OUT/gpu_e2e.md.
+# Phase 1: PyCUDA from local sdists; libonnxopt_ops built; the kernel images built for this
+#   device's architecture (and the compute_90 PTX); the device probed (a check with no usable
+#   device fails rather than skipping every test); the GPU tests (pytest -m gpu tests/kernels
+#   tests/runtime): every kernel against float64 for every mask kind, head size and dtype, and
+#   the native library end to end, its CPU-provider ops staging through device memory (this
+#   ONNX Runtime has no CUDA provider) on whole models.
+# Phase 2: benchmarks/gpu_kernels.py (attention against PyTorch's SDPA, norms and activations
+#   against copy bandwidth) and benchmarks/bridge_overhead.py (the library's per-op cost, and two
+#   sessions in two threads on idle cores).
+#
+# What comes back ($OUT, default benchmarks/_work/gpu_check): summary.json (each step, its exit
+# code and seconds; "ok") and logs.tar.gz (every step's log and the benchmarks' tables): two
+# files. The exit code is 0 only when every step passed.
+#
+# DRY_RUN=1 runs the plumbing without a GPU (each step echoes what it would run); CI does, to
+# check the phases, the summary and the file count. Other environment: PYTHON (default
+# python3), QUICK=1 (benchmark: fewer sizes), LIBCUDA_DIR (a folder with libcuda.so, if
+# PyCUDA's build cannot find one).
 #
 # benchmarks/_wheels/ is filled once, on a machine with network access (cp312, x86-64 Linux):
 #     pip download --no-deps --no-binary pycuda pycuda -d benchmarks/_wheels
@@ -24,29 +32,47 @@
 #         --platform manylinux_2_28_x86_64 \
 #         pytools platformdirs typing_extensions siphash24 mako markupsafe -d benchmarks/_wheels
 # (PyCUDA's build needs setuptools, wheel and numpy already installed: --no-build-isolation.)
-#
-# Environment: OUT (results folder), PYTHON (default python3), QUICK=1 (benchmark: fewer sizes),
-# SKIP_PYCUDA=1, SKIP_BENCH=1, SKIP_E2E=1, LIBCUDA_DIR (a folder with libcuda.so, if the build cannot find one).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
 PY=${PYTHON:-python3}
 OUT=${OUT:-$ROOT/benchmarks/_work/gpu_check}
+PHASE=${PHASE:-all}
+DRY=${DRY_RUN:-0}
 WHEELS=$ROOT/benchmarks/_wheels
 mkdir -p "$OUT"
+LOGS=$(mktemp -d)
+STEPS=$LOGS/steps.tsv
+: >"$STEPS"
 export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
-status=0
 
-{
-    echo "# environment"
+# step NAME COMMAND...: run it (its output to $LOGS/NAME.log and the terminal), record the result.
+step() {
+    local name=$1
+    shift
+    local start=$SECONDS rc
+    echo "# $name"
+    if [ "$DRY" = 1 ]; then
+        echo "dry run: $*" | tee "$LOGS/$name.log"
+        rc=0
+    else
+        "$@" 2>&1 | tee "$LOGS/$name.log"
+        rc=${PIPESTATUS[0]}
+    fi
+    printf '%s\t%s\t%s\n' "$name" "$rc" "$((SECONDS - start))" >>"$STEPS"
+}
+
+environment() {
     date -u
-    nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,memory.total --format=csv 2>&1
-    nvcc --version 2>&1 | tail -n 2
-    "$PY" -c "import sys, numpy; print('python', sys.version.split()[0], 'numpy', numpy.__version__)"
-    "$PY" -c "import torch; print('torch', torch.__version__, torch.version.cuda, torch.cuda.get_device_name())" 2>&1
-} | tee "$OUT/environment.txt"
+    nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,memory.total --format=csv
+    nvcc --version | tail -n 2
+    "$PY" -c "import sys, numpy, onnxruntime; print('python', sys.version.split()[0], 'numpy', numpy.__version__, 'onnxruntime', onnxruntime.__version__)"
+    "$PY" -c "import torch; print('torch', torch.__version__, torch.version.cuda, torch.cuda.get_device_name())" || true
+    if ! "$PY" -c "import onnx, ml_dtypes" 2>/dev/null; then
+        "$PY" -m pip install -q --no-index --find-links "$WHEELS" onnx ml_dtypes
+    fi
+}
 
-# --- 1. PyCUDA from local sdists ---------------------------------------------------------------
 install_pycuda() {
     if "$PY" -c "import pycuda.driver" 2>/dev/null; then
         echo "pycuda already importable"
@@ -93,71 +119,83 @@ CUDART_LIB_DIR = [$libdirs]
 EOF
     echo "pycuda: building from $WHEELS (CUDA_ROOT=$cuda_root) ..."
     HOME=$cfg "$PY" -m pip install --no-index --find-links "$WHEELS" --no-build-isolation \
-        pycuda >"$OUT/pycuda_install.log" 2>&1
+        pycuda >"$LOGS/pycuda_install.log" 2>&1
     local rc=$?
-    tail -n 5 "$OUT/pycuda_install.log"
+    tail -n 5 "$LOGS/pycuda_install.log"
     if ((rc)) || ! "$PY" -c "import pycuda.driver"; then
-        echo "pycuda: install FAILED (see $OUT/pycuda_install.log); continuing without it"
+        echo "pycuda: install FAILED (see $LOGS/pycuda_install.log); continuing without it"
         return 1
     fi
     echo "pycuda: installed"
 }
-if [ "${SKIP_PYCUDA:-0}" != 1 ]; then
-    install_pycuda 2>&1 | tee "$OUT/pycuda.txt"
-fi
 
-# onnxopt itself needs onnx (and its ml_dtypes) besides onnxruntime: install them offline from
-# benchmarks/_wheels if the image lacks them (drop their cp312 wheels there beforehand).
-if ! "$PY" -c "import onnx, ml_dtypes, onnxruntime" 2>/dev/null; then
-    "$PY" -m pip install -q --no-index --find-links "$WHEELS" onnx ml_dtypes 2>&1 | tail -n 2
-    "$PY" -c "import onnx, ml_dtypes, onnxruntime" || echo "onnx/ml_dtypes/onnxruntime missing: onnxopt cannot run here"
-fi
+build_library() {
+    "$PY" onnxopt/runtime/_native/build.py onnxopt/runtime/_native/libonnxopt_ops.so
+}
 
-# --- 2. kernel images -----------------------------------------------------------------------------
-echo "# kernel images"
-"$PY" -c "import sys; from onnxopt.cli import main; sys.exit(main(['kernels', '--build']))" 2>&1 | tee "$OUT/kernels_build.txt"
-if ((PIPESTATUS[0])); then status=1; fi
+# This device's SASS and the PTX: what it loads, in a fraction of the time of every target.
+build_images() {
+    "$PY" - <<'PYEOF'
+from onnxopt.runtime.cuda import compiler, images, metadata, probe
+cc = probe.limits().compute_capability
+targets = tuple(dict.fromkeys([compiler.arch_for(cc), compiler.PTX_ARCH]))
+built = compiler.build_images(metadata.kernels_dir(), images.image_dir(), targets=targets)
+spills = sum(r.spill_stores + r.spill_loads for i in built for r in i.resources.values())
+print(f"built {len(built)} images for {targets}; {spills} bytes of register spills")
+raise SystemExit(1 if spills else 0)
+PYEOF
+}
 
-# --- 3. GPU tests --------------------------------------------------------------------------------
-# Without a usable device every GPU test would skip and this check would look green: fail loudly.
-if ! "$PY" -c "
-import sys
-from onnxopt.runtime.cuda import images, loader, metadata
+# Without a usable device every GPU test would skip and this check would look green: fail.
+probe_device() {
+    "$PY" - <<'PYEOF'
+from onnxopt.runtime.cuda import images, metadata, probe
 from onnxopt.runtime.cuda_available import device_unavailable_reason
 reason = device_unavailable_reason()
-print('device:', 'ok' if reason is None else f'NOT USABLE ({reason})')
+print("device:", "ok" if reason is None else f"NOT USABLE ({reason})")
 if reason is None:
-    limits = loader.device_limits()
-    cc = limits.compute_capability
-    print('device limits:', limits)
+    limits = probe.limits()
+    print("device limits:", limits)
     for family in metadata.FAMILIES:
-        found = images.find(family, cc)
-        print(f'  {family}: loads', found.target if found else 'NOTHING SHIPPED (compiles)')
-sys.exit(0 if reason is None else 1)
-"; then
-    status=1
-fi
-echo "# GPU tests"
-"$PY" -m pytest -q -m gpu tests/kernels tests/runtime -rs -p no:cacheprovider 2>&1 | tee "$OUT/pytest_gpu.txt"
-test_rc=${PIPESTATUS[0]}
-if ((test_rc)); then status=1; fi
+        found = images.find(family, limits.compute_capability)
+        print(f"  {family}: loads", found.target if found else "NOTHING SHIPPED")
+raise SystemExit(0 if reason is None else 1)
+PYEOF
+}
+
+summary() {
+    "$PY" - "$STEPS" "$OUT/summary.json" "$PHASE" "$DRY" <<'PYEOF'
+import json, sys
+steps = [dict(zip(("name", "rc", "seconds"), line.rstrip("\n").split("\t")))
+         for line in open(sys.argv[1]) if line.strip()]
+for s in steps:
+    s["rc"], s["seconds"] = int(s["rc"]), int(s["seconds"])
+ok = bool(steps) and all(s["rc"] == 0 for s in steps)
+json.dump({"phase": sys.argv[3], "dry_run": sys.argv[4] == "1", "ok": ok, "steps": steps},
+          open(sys.argv[2], "w"), indent=1)
+print(f"gpu_check: {'ok' if ok else 'FAILED'}: " +
+      ", ".join(f"{s['name']} rc={s['rc']} {s['seconds']}s" for s in steps))
+raise SystemExit(0 if ok else 1)
+PYEOF
+}
 
 quick=()
 [ "${QUICK:-0}" = 1 ] && quick=(--quick)
-
-# --- 4. benchmark ----------------------------------------------------------------------------------
-if [ "${SKIP_BENCH:-0}" != 1 ]; then
-    echo "# benchmark"
-    "$PY" benchmarks/gpu_kernels.py --out "$OUT" ${quick[@]+"${quick[@]}"} 2>&1 | tee "$OUT/gpu_kernels.txt"
-    if ((PIPESTATUS[0])); then status=1; fi
+step environment environment
+if [ "$PHASE" = 1 ] || [ "$PHASE" = all ]; then
+    step pycuda install_pycuda
+    step library build_library
+    step images build_images
+    step device probe_device
+    step gpu_tests "$PY" -m pytest -q -m gpu tests/kernels tests/runtime -rs -p no:cacheprovider
 fi
-
-# --- 5. end to end ---------------------------------------------------------------------------------
-if [ "${SKIP_E2E:-0}" != 1 ]; then
-    echo "# end to end"
-    "$PY" benchmarks/gpu_e2e.py --out "$OUT" ${quick[@]+"${quick[@]}"} 2>&1 | tee "$OUT/gpu_e2e.txt"
-    if ((PIPESTATUS[0])); then status=1; fi
+if [ "$PHASE" = 2 ] || [ "$PHASE" = all ]; then
+    step kernels_vs_torch "$PY" benchmarks/gpu_kernels.py --out "$LOGS" ${quick[@]+"${quick[@]}"}
+    step library_overhead "$PY" benchmarks/bridge_overhead.py
 fi
-
-echo "gpu_check: tests rc=$test_rc, overall status=$status, results in $OUT"
+summary
+status=$?
+tar -czf "$OUT/logs.tar.gz" -C "$LOGS" .
+rm -rf "$LOGS"
+echo "gpu_check: results in $OUT (summary.json, logs.tar.gz)"
 exit $status

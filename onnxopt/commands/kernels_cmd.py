@@ -12,6 +12,7 @@ from onnxopt.commands import json_report
 from onnxopt.commands.progress import stage_progress
 from onnxopt.commands.report import console, new_table
 from onnxopt.errors import UsageError
+from onnxopt.runtime import library
 from onnxopt.runtime.cuda import compiler, images, metadata
 from onnxopt.select.registry import default_registry
 
@@ -29,11 +30,23 @@ from onnxopt.select.registry import default_registry
                    "sources, where the loader looks).")
 @click.option("--jobs", type=click.IntRange(1), default=None,
               help="With --build: nvcc processes at a time (default: the CPU count).")
+@click.option("--library", "show_library", is_flag=True,
+              help="Print the path of libonnxopt_ops, the native library a --target cuda model "
+                   "needs (register it with ONNX Runtime's register_custom_ops_library).")
 def kernels(ops: tuple[str, ...], target: str | None, as_json: bool, build: bool,
-            out: str | None, jobs: int | None) -> None:
+            out: str | None, jobs: int | None, show_library: bool) -> None:
     """List every kernel a fused op can be bound to: backend, execution providers, dtypes,
     what it needs (opset, ONNX Runtime version, other domains, compute capability) and what
-    it is. With --build, build the CUDA kernels' shipped images instead."""
+    it is. With --build, build the CUDA kernels' shipped images instead; with --library, print
+    the path of the native custom-op library."""
+    if show_library:
+        if build or ops or target or as_json:
+            raise UsageError("--library takes no other option")
+        try:
+            click.echo(library.path())
+        except library.LibraryUnavailable as error:
+            raise UsageError(str(error).splitlines()[0]) from None
+        return
     if build:
         _build(out, jobs)
         return

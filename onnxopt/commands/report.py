@@ -144,6 +144,10 @@ def print_selection(out: Console, report) -> None:
         basis = Counter(s.basis for s in sels).most_common(1)[0][0]
         table.add_row(op, chosen, str(len(sels)), basis, why)
     out.print(table)
+    for library in getattr(report, "runtime_libraries", list)():
+        out.print(f"runtime: the output needs {library} (register it with ONNX Runtime's "
+                  "register_custom_ops_library; `onnxopt kernels --library` prints its path)",
+                  markup=False)
     tuning = getattr(report, "tune_cache", None)
     if tuning:
         out.print(f"tuning: {report.tuned} signature(s) timed; decisions in {tuning}")

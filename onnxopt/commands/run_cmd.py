@@ -33,7 +33,7 @@ class RunError(OnnxoptError):
                    "one set per run.")
 @click.option("--provider", type=click.Choice(["cpu", "cuda"]), default=None,
               help="Execution provider (default: cuda where onnxopt's CUDA kernels can run, "
-                   "else cpu, where they run as their NumPy references).")
+                   "else cpu, where libonnxopt_ops runs their host implementations).")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
               help="Write the outputs to this file, as .npz (the name is kept as given).")
 @click.option("--batch", default=1, show_default=True, type=click.IntRange(1),
@@ -46,8 +46,8 @@ def run(model: str, inputs_paths: tuple[str, ...], provider: str | None, output:
         batch: int, seq: int, seed: int, debug: bool) -> None:
     """Run MODEL in ONNX Runtime with onnxopt's kernels registered; print its outputs.
 
-    Models optimized for --target cuda contain ai.onnxopt.cuda ops: they run on CUDA with
-    onnxopt's kernels, or on the CPU with their NumPy reference kernels.
+    Models optimized for --target cuda contain ai.onnxopt.cuda ops: libonnxopt_ops runs them on
+    CUDA with onnxopt's kernels, or on the CPU with their host implementations.
     """
 
 
@@ -92,15 +92,16 @@ def _providers(choice: str | None, ours: list[str], cuda_available) -> tuple[lis
     if choice == "cuda" and reason is not None:
         if ours:
             raise RunError(f"the model needs onnxopt's CUDA kernels ({', '.join(ours)}), but "
-                           f"{reason}; run it with --provider cpu to use their CPU references")
+                           f"{reason}; run it with --provider cpu to use their host "
+                           "implementations")
         raise RunError(f"--provider cuda: {reason}")
     if choice == "cuda" or (choice is None and reason is None):
         return ["CUDAExecutionProvider", "CPUExecutionProvider"], ""
     note = ""
     if ours:
         why = f" ({reason})" if choice is None and reason else ""
-        note = (f"note: the {CUDA_DOMAIN} ops ({', '.join(ours)}) run as their NumPy "
-                f"reference kernels on the CPU{why}")
+        note = (f"note: the {CUDA_DOMAIN} ops ({', '.join(ours)}) run as their host "
+                f"implementations on the CPU (libonnxopt_ops){why}")
     return ["CPUExecutionProvider"], note
 
 

@@ -1,32 +1,16 @@
-"""onnxopt's ONNX Runtime bridge: declare Python kernels, get sessions that run them.
+"""onnxopt's kernels in ONNX Runtime: the native custom-op library and sessions that use it.
 
-from onnxopt.runtime import cpu_kernel, session
+from onnxopt.runtime import library, session
 
-@cpu_kernel("ai.onnxopt", "ScaledAdd", inputs=["a: float32", "b: float32"],
-            outputs=["y: float32"], attrs={"alpha": float})
-def scaled_add(a, b, *, alpha=1.0):
-    return a + alpha * b
+path = library.path()        # libonnxopt_ops: register_custom_ops_library(path), any binding
+outputs = session("model.opt.onnx").run(None, feeds)   # the same, from Python
 
-outputs = session("model.onnx").run(None, {"a": a, "b": b})
+``cuda/`` holds the CUDA side (kernel metadata, images, the device probe, PyCUDA for compiling
+and for the GPU tests' memory); ``_native/`` the library's C sources.
 """
 
-from . import ops  # noqa: F401 - declares the ai.onnxopt.cuda ops (CPU + CUDA kernels)
-from .compute import KernelContext
+from . import library
 from .errors import RuntimeUnavailable
-from .registry import REGISTRY, KernelRegistry, KernelSpec, Port, cpu_kernel, cuda_kernel
 from .session import session, used_ops
-from .tensors import DeviceTensor
 
-__all__ = [
-    "REGISTRY",
-    "DeviceTensor",
-    "KernelContext",
-    "KernelRegistry",
-    "KernelSpec",
-    "Port",
-    "RuntimeUnavailable",
-    "cpu_kernel",
-    "cuda_kernel",
-    "session",
-    "used_ops",
-]
+__all__ = ["RuntimeUnavailable", "library", "session", "used_ops"]

@@ -1,9 +1,10 @@
-"""`session()`: an onnxruntime.InferenceSession with onnxopt's kernels registered.
+"""`session()`: an onnxruntime.InferenceSession with onnxopt's native kernel library registered.
 
-Only the domains the model actually uses are registered, and a CUDA kernel only
-when the session will run on CUDA, so a model bound entirely to ORT-native ops
-gets a plain session, and a model needing a CUDA-only op on a machine without
-CUDA fails before ORT does, with a sentence saying which op and why.
+This is a convenience for Python callers; a model needs nothing of onnxopt at serving time but
+``libonnxopt_ops`` (``onnxopt kernels --library`` prints its path), which any ONNX Runtime
+binding registers with ``register_custom_ops_library``. Here the library is registered only
+when the model uses its domain, and a session asked for CUDA where CUDA cannot run fails in
+one line instead of ONNX Runtime quietly running on the CPU.
 """
 
 from __future__ import annotations
@@ -14,10 +15,13 @@ from typing import Any
 
 import onnx
 
-from . import cuda_available, domains
+from . import cuda_available, library
+from .cuda import DOMAIN
 from .errors import RuntimeUnavailable
 from .ort_module import ort
-from .registry import CPU, CUDA, REGISTRY, KernelRegistry, KernelSpec
+
+CPU = "CPUExecutionProvider"
+CUDA = "CUDAExecutionProvider"
 
 ModelSource = str | os.PathLike | bytes | onnx.ModelProto
 Provider = str | tuple[str, dict[str, Any]]
@@ -56,48 +60,36 @@ def _provider_names(providers: Sequence[Provider]) -> list[str]:
     return [p if isinstance(p, str) else p[0] for p in providers]
 
 
-def kernels_for(
-    model: onnx.ModelProto, on_cuda: bool, registry: KernelRegistry = REGISTRY
-) -> list[KernelSpec]:
-    """The kernels to register for `model`; raises RuntimeUnavailable for an op none can run."""
-    served = registry.domains()
-    used = {(d, o) for d, o in used_ops(model) if d in served}
-    for domain, op_type in sorted(used):
-        providers = registry.providers_of(domain, op_type)
-        if not providers:
-            raise RuntimeUnavailable(
-                f"the model uses {domain}::{op_type}, but no kernel is declared for it"
-            )
-        if providers == {CUDA} and not on_cuda:
-            reason = (
-                cuda_available.unavailable_reason()
-                or "CUDAExecutionProvider is not among the session's providers"
-            )
-            raise RuntimeUnavailable(f"{domain}::{op_type} has only a CUDA kernel, and {reason}")
-    used_domains = {d for d, _ in used}
-    allowed = {CPU, CUDA} if on_cuda else {CPU}
-    return [k for d in sorted(used_domains) for k in registry.kernels(d) if k.provider in allowed]
-
-
 def session(
     model: ModelSource,
     providers: Sequence[Provider] | None = None,
     *,
     sess_options: ort.SessionOptions | None = None,
-    registry: KernelRegistry | None = None,
+    staged: bool = False,
     **kwargs: Any,
 ) -> ort.InferenceSession:
-    """An InferenceSession for `model` (path, bytes or ModelProto) with its custom ops registered.
+    """An InferenceSession for `model` (path, bytes or ModelProto) with libonnxopt_ops
+    registered where the model uses its ops.
 
-    `providers` defaults to CUDA then CPU where CUDA kernels can run, else CPU.
-    `sess_options` is used as given (the kernels are registered on it, so pass a
-    fresh one per call); other keyword arguments go to InferenceSession.
+    `providers` defaults to CUDA then CPU where onnxopt's CUDA kernels can run, else CPU; a
+    CUDA provider asked for where CUDA cannot run raises RuntimeUnavailable with the reason.
+    `staged`: the CPU provider's ops run the CUDA kernels through device memory (a GPU
+    machine whose ONNX Runtime has no CUDA provider). `sess_options` is used as given (the
+    library is registered on it, so pass a fresh one per call); other keyword arguments go to
+    InferenceSession.
     """
     proto, source = _load(model)
+    ours = sorted(op for domain, op in used_ops(proto) if domain == DOMAIN)
     if providers is None:
-        providers = [CUDA, CPU] if cuda_available.available() else [CPU]
-    on_cuda = CUDA in _provider_names(providers) and cuda_available.available()
-    kernels = kernels_for(proto, on_cuda, registry or REGISTRY)
+        providers = [CUDA, CPU] if not staged and cuda_available.available() else [CPU]
+    names = _provider_names(providers)
+    if CUDA in names and (reason := cuda_available.unavailable_reason(kernels=bool(ours))):
+        raise RuntimeUnavailable(f"CUDAExecutionProvider was asked for, but {reason}")
+    if staged and ours and (reason := cuda_available.device_unavailable_reason()):
+        raise RuntimeUnavailable(f"the staged CPU kernels need a GPU, but {reason}")
     options = sess_options if sess_options is not None else ort.SessionOptions()
-    domains.register(options, kernels)
+    if ours:
+        if CUDA in names or staged:
+            cuda_available.point_library_at_images()
+        library.register(options, staged=staged)
     return ort.InferenceSession(source, sess_options=options, providers=list(providers), **kwargs)

@@ -38,8 +38,15 @@ class SelectReport:
             out[s.chosen.name] = out.get(s.chosen.name, 0) + 1
         return out
 
+    def runtime_libraries(self) -> list[str]:
+        """The native libraries the output needs to run (a chosen kernel's runtime_library)."""
+        return sorted({lib for s in self.selections
+                       if (lib := getattr(s.chosen, "runtime_library", None))})
+
     def to_json(self) -> dict:
         data = {"chosen": self.chosen_counts(), "nodes": [s.to_json() for s in self.selections]}
+        if self.runtime_libraries():
+            data["runtime_libraries"] = self.runtime_libraries()
         if self.tune_cache:
             data["tuning"] = {"cache": self.tune_cache, "signatures_timed": self.tuned}
         return data

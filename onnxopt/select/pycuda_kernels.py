@@ -72,6 +72,9 @@ class PyCudaKernel(Kernel):
     family: str = ""
     op: str = ""  # the op type in ai.onnxopt.cuda
     supported_masks: frozenset[str] | None = None
+    # The native library a model bound to this kernel needs at serving time (any ORT binding
+    # registers it with register_custom_ops_library; `onnxopt kernels --library` prints it).
+    runtime_library: str = "libonnxopt_ops"
 
     def to_json(self) -> dict:
         data = super().to_json()

@@ -28,7 +28,7 @@ def test_random_inputs_on_the_cpu(cli, optimized, tmp_path):
     assert "provider: CPUExecutionProvider" in stdout
     assert "o: shape [2, 8, 9, 64] float16  min " in stdout
     assert stdout.rstrip().endswith(f"wrote {out}")
-    assert "(FlashAttention) run as their NumPy reference kernels on the CPU" in stderr
+    assert "(FlashAttention) run as their host implementations on the CPU (libonnxopt_ops)" in stderr
     with np.load(out) as data:
         assert data["o"].shape == (2, 8, 9, 64)
 
@@ -89,7 +89,7 @@ def test_cuda_without_cuda_is_one_line_and_exit_1(cli, optimized, models_dir):
     code, out, err = cli("run", optimized, "--provider", "cuda")
     assert (code, out) == (1, "")
     assert err == (f"onnxopt: error: the model needs onnxopt's CUDA kernels (FlashAttention), "
-                   f"but {reason}; run it with --provider cpu to use their CPU references\n")
+                   f"but {reason}; run it with --provider cpu to use their host implementations\n")
     code, _, err = cli("run", models_dir / "gpt2.ts.onnx", "--provider", "cuda")
     assert (code, err) == (1, f"onnxopt: error: --provider cuda: {reason}\n")
 

@@ -1,9 +1,12 @@
 """A model optimized with ``--target cuda`` here carries no device-specific choice and runs on a
-machine that has neither nvcc nor PyCUDA (its ai.onnxopt.cuda ops as their CPU references)."""
+machine that has neither nvcc nor PyCUDA, and in a Python that cannot import onnxopt at all:
+plain ONNX Runtime with libonnxopt_ops registered (its ai.onnxopt.cuda ops on the host)."""
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -77,3 +80,67 @@ def test_runs_where_there_is_neither_nvcc_nor_pycuda(tmp_path):
     got = np.load(tmp_path / "out.npz")["o"]
     err = np.abs(got.astype(np.float64) - want).max() / np.abs(want.astype(np.float64)).max()
     assert err < 2e-3
+
+
+WITHOUT_ONNXOPT = r"""
+import sys
+sys.modules["onnxopt"] = None  # importing onnxopt fails here
+import json
+import numpy as np
+import onnxruntime as ort
+try:
+    import onnxopt  # noqa: F401
+    raise SystemExit("onnxopt is importable")
+except ImportError:
+    pass
+library, folder = sys.argv[1], sys.argv[2]
+report = {}
+for name in json.load(open(f"{folder}/names.json")):
+    feeds = dict(np.load(f"{folder}/{name}.npz"))
+    want = ort.InferenceSession(f"{folder}/{name}.onnx",
+                                providers=["CPUExecutionProvider"]).run(None, feeds)
+    options = ort.SessionOptions()
+    options.register_custom_ops_library(library)
+    got = ort.InferenceSession(f"{folder}/{name}.opt.onnx", options,
+                               providers=["CPUExecutionProvider"]).run(None, feeds)
+    errors = []
+    for g, w in zip(got, want):
+        g, w = np.asarray(g, np.float64), np.asarray(w, np.float64)
+        errors.append(float(np.abs(g - w).max() / max(np.abs(w).max(), 1e-30)) if w.size else 0.0)
+    report[name] = max(errors)
+print(json.dumps(report))
+"""
+
+
+def test_every_cuda_output_of_models_runs_in_plain_ort_without_onnxopt(models_dir, tmp_path):
+    """What a user without onnxopt does: copy libonnxopt_ops anywhere, register it on a plain
+    SessionOptions, run the --target cuda output on the CPU provider. Every model of models/
+    computes the original function (float32, relative error below 1e-4)."""
+    from onnxopt.runtime import library
+    from onnxopt.verification.inputs import make_inputs
+
+    names = []
+    for path in sorted(models_dir.glob("*.onnx")):
+        name = path.name.removesuffix(".onnx")
+        proto = run_pipeline(str(path), OptimizeOptions(target="cuda")).proto
+        assert any(n.domain == DOMAIN for n in proto.graph.node), name
+        onnx.save(proto, tmp_path / f"{name}.opt.onnx")
+        shutil.copy(path, tmp_path / f"{name}.onnx")
+        original = onnx.load(str(path))
+        try:
+            feeds = make_inputs(original, {"batch": 2, "other": 13}, seed=0)
+        except ValueError:  # an image model: its sides from the model's own hints
+            feeds = make_inputs(original, {"batch": 2}, seed=0)
+        np.savez(tmp_path / f"{name}.npz", **feeds)
+        names.append(name)
+    (tmp_path / "names.json").write_text(json.dumps(names))
+    copied = tmp_path / "lib" / "libonnxopt_ops.so"
+    copied.parent.mkdir()
+    shutil.copy(library.path(), copied)
+    proc = subprocess.run([sys.executable, "-I", "-c", WITHOUT_ONNXOPT, str(copied),
+                           str(tmp_path)], capture_output=True, text=True, timeout=600,
+                          check=False, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    errors = json.loads(proc.stdout)
+    assert sorted(errors) == names and len(names) == 33
+    assert {name: e for name, e in errors.items() if not e < 1e-4} == {}

@@ -14,11 +14,18 @@ from onnxopt.runtime.cuda import devices, metadata, probe, pycuda_backend
 
 
 class FakeContext:
+    stack: ClassVar[list] = []
+
     def __init__(self, log):
         self.log = log
 
     def push(self):
         self.log.append("push")
+        FakeContext.stack.append(self)
+
+    @staticmethod
+    def pop():
+        FakeContext.stack.pop().log.append("pop")
 
     @staticmethod
     def synchronize():
@@ -102,6 +109,10 @@ def test_attach_retains_and_pushes_the_primary_context_once(fake_pycuda):
     pycuda_backend.attach_primary(0)
     assert fake_pycuda.count(("retain", 0)) == 1
     assert fake_pycuda.count("push") == 2
+    pycuda_backend.detach()  # what exit does for the main thread: PyCUDA's stack left empty
+    assert fake_pycuda.count("pop") == 2 and not FakeContext.stack
+    pycuda_backend.detach()
+    assert fake_pycuda.count("pop") == 2
 
 
 def test_the_probe_reads_device_attributes_through_pycuda(fake_pycuda):

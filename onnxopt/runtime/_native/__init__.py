@@ -1,6 +1,6 @@
-"""Home of the C shim (shim.c) and, after `pip install`, its compiled library.
+"""Home of libonnxopt_ops: its C sources, their generator (build.py) and, after
+`pip install`, the compiled library.
 
-A package rather than a plain folder so that setuptools installs shim.c beside
-the built library: the loader can then still compile it on machines where the
-extension build was skipped.
+A package rather than a plain folder so that setuptools installs the sources beside the built
+library: onnxopt.runtime.library can then still compile it where the build was skipped.
 """

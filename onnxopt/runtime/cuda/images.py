@@ -90,3 +90,39 @@ def find(family: str, cc: tuple[int, int], folder: Path | None = None) -> Found 
 def clear_cache() -> None:
     """Forget manifests read so far (after ``onnxopt kernels --build`` in this process)."""
     _manifest.cache_clear()
+
+
+def compile_uncovered(cc: tuple[int, int]) -> Path | None:
+    """A folder holding, for each family no shipped image covers on capability ``cc``, one
+    compiled for ``sm_XY`` through PyCUDA (and its cache), with a manifest as ``build_images``
+    writes; None when the shipped images cover every family, or PyCUDA or nvcc is missing (the
+    library then says which image it lacks). ``libonnxopt_ops`` loads from the folder when it
+    is named in $ONNXOPT_KERNEL_IMAGES."""
+    uncovered = [f for f in metadata.FAMILIES if find(f, cc) is None]
+    if not uncovered or compiler.find_nvcc() is None:
+        return None
+    from . import pycuda_backend
+
+    if pycuda_backend.available() is not None:
+        return None
+    arch = compiler.arch_for(cc)
+    folder = compiler.cache_dir().parent / "images" / arch
+    folder.mkdir(parents=True, exist_ok=True)
+    manifest_path = folder / compiler.MANIFEST
+    manifest = json.loads(manifest_path.read_text()) if manifest_path.is_file() else {}
+    families = manifest.setdefault("families", {})
+    for family in uncovered:
+        digest = compiler.source_digest(metadata.source_path(family))
+        name = compiler.image_name(family, arch)
+        if families.get(family, {}).get("source_digest") == digest and (folder / name).is_file():
+            continue
+        image = pycuda_backend.compile_family(metadata.source_path(family), arch)
+        tmp = folder / f".{name}.{os.getpid()}.tmp"
+        tmp.write_bytes(image)
+        os.replace(tmp, folder / name)
+        families[family] = {"source_digest": digest, "targets": {arch: {"file": name}}}
+    tmp = folder / f".{compiler.MANIFEST}.{os.getpid()}.tmp"
+    tmp.write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
+    os.replace(tmp, manifest_path)
+    _manifest.cache_clear()
+    return folder

@@ -25,6 +25,7 @@ function handle that launch needs (PyCUDA's ``Module``/``Function`` do not expos
 
 from __future__ import annotations
 
+import atexit
 import importlib
 import threading
 from pathlib import Path
@@ -110,24 +111,43 @@ def device_attributes(ordinal: int) -> dict[str, Any]:
     return attrs
 
 
-# Contexts pushed by attach_primary, one per (thread, device): kept so they stay retained.
+# Contexts pushed by attach_primary, one per (thread, device): kept so they stay retained, and
+# popped again when the thread's work is done (detach) or, for the main thread, at exit: PyCUDA
+# aborts the process at exit ("context stack was not empty", exit 134) if any is left pushed.
 _attached = threading.local()
 
 
 def attach_primary(ordinal: int) -> None:
     """Make device ``ordinal``'s primary context current in this thread (retained by PyCUDA,
-    pushed on its context stack). Call only where no context is current: ONNX Runtime's
-    compute callbacks already run in its (primary) context."""
+    pushed on its context stack, popped by ``detach`` or at exit). Call only where no context
+    is current: ONNX Runtime's compute callbacks already run in its (primary) context."""
     drv = driver()
     contexts = getattr(_attached, "contexts", None)
     if contexts is None:
         contexts = _attached.contexts = {}
+        if threading.current_thread() is threading.main_thread():
+            atexit.register(detach)
     if ordinal in contexts:
         contexts[ordinal].push()
+        _attached.pushed = getattr(_attached, "pushed", 0) + 1
         return
     ctx = drv.Device(ordinal).retain_primary_context()
     ctx.push()
     contexts[ordinal] = ctx
+    _attached.pushed = getattr(_attached, "pushed", 0) + 1
+
+
+def detach() -> None:
+    """Pop every context ``attach_primary`` pushed in this thread (the retained primary
+    contexts are released with the last reference)."""
+    pushed = getattr(_attached, "pushed", 0)
+    if not pushed:
+        return
+    drv = driver()
+    for _ in range(pushed):
+        drv.Context.pop()
+    _attached.pushed = 0
+    _attached.contexts = {}
 
 
 def cache_dir() -> Path:

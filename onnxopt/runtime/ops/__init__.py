@@ -1,8 +1,8 @@
-"""The custom ops of domain ``ai.onnxopt.cuda``: onnxopt's own CUDA kernels inside ORT.
+"""The custom ops of domain ``ai.onnxopt.cuda``: onnxopt's own kernels inside ORT.
 
-Stage 6 (``onnxopt.select.pycuda_kernels``) binds fused ops to these; importing this package
-declares them in ``onnxopt.runtime.REGISTRY`` (``onnxopt.runtime`` does so on import), each
-with a CPU kernel (the NumPy reference) and a CUDA kernel per dtype.
+Stage 6 (``onnxopt.select.pycuda_kernels``) binds fused ops to these; ``libonnxopt_ops``
+(``onnxopt/runtime/_native``) implements them, each for the CUDA provider (the kernel on ORT's
+stream) and the CPU provider (its host implementation), in float16, bfloat16 and float32.
 
 | op | inputs | outputs | attributes |
 |---|---|---|---|
@@ -20,9 +20,9 @@ on one GPU runs on any other.
 
 from __future__ import annotations
 
-from . import activations, attention, norms  # noqa: F401 - each declares its ops
-from ._common import DOMAIN, DTYPES, OPSET
+from onnxopt.runtime.cuda import DOMAIN, OPSET
 
 OPS = ("FlashAttention", "LayerNorm", "RMSNorm", "GroupNorm", "BiasGelu", "SwiGLU")
+DTYPES = ("float16", "bfloat16", "float32")
 
 __all__ = ["DOMAIN", "DTYPES", "OPS", "OPSET"]

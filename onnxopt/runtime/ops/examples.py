@@ -1,6 +1,6 @@
 """Small attention graphs, spelled the way exporters write them, that stage 6 binds to
 ``ai.onnxopt.cuda::FlashAttention`` (the models in ``models/`` have head size 16, below what
-the kernel takes). Used by the tests and by ``benchmarks/gpu_e2e.py``.
+the kernel takes). Used by the tests.
 """
 
 from __future__ import annotations
@@ -10,8 +10,7 @@ import math
 import numpy as np
 import onnx
 import onnx.parser
-
-from onnxopt.runtime.tensors import numpy_dtype
+from onnx.helper import tensor_dtype_to_np_dtype
 
 _CODE = {"float32": 1, "float16": 10, "bfloat16": 16}
 _TEXT = {"float32": "float", "float16": "float16", "bfloat16": "bfloat16"}
@@ -91,6 +90,6 @@ def attention_feeds(model: onnx.ModelProto, batch: int, seq: int, *, seed: int =
                     mask[row, seq - count:] = 0
             feeds[vi.name] = mask
         else:
-            dtype = numpy_dtype(vi.type.tensor_type.elem_type)
+            dtype = tensor_dtype_to_np_dtype(vi.type.tensor_type.elem_type)
             feeds[vi.name] = rng.standard_normal(dims).astype(np.float32).astype(dtype)
     return feeds
