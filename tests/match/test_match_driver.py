@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from onnxopt.errors import UsageError
@@ -119,3 +121,13 @@ def test_a_rule_that_refuses_with_a_bare_sentence_is_named(make_model):
     options = OptimizeOptions(target="cpu", debug=True, extra_rules=(SaysNoInWords(),))
     with pytest.raises(TypeError, match="rule says_no: legal.. returned str"):
         run_pipeline(proto, options)
+
+
+def test_explain_json_carries_the_code_of_each_region(make_model, write_model, tmp_path, cli):
+    src = write_model(make_model(SILU_READ_OUTSIDE))
+    code, _, err = cli("explain", src, "--target", "cpu", "--json", tmp_path / "e.json")
+    assert code == 0, err
+    fusion = json.loads((tmp_path / "e.json").read_text())["fusion"]
+    silu = [r for r in fusion["regions"] if r["rule"] == "silu"]
+    assert [(r["status"], r["code"]) for r in silu] == [("refused", "used_outside_match")] * 2
+    assert fusion["summary"]["silu"]["codes"] == {"used_outside_match": 2}
