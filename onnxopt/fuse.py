@@ -95,8 +95,9 @@ class Region:
     code: str | None = None
 
     @classmethod
-    def refused(cls, rule: str, root: str, status: MatchStatus, reason: Refusal,
-                nodes: int) -> Region:
+    def not_fused(cls, rule: str, root: str, status: MatchStatus, reason: Refusal,
+                  nodes: int) -> Region:
+        """A refused or partial region, said with ``reason``'s sentence and code."""
         return cls(rule, root, status, reason.text, nodes, code=reason.code)
 
     def to_json(self) -> dict:
@@ -205,9 +206,9 @@ def _run_worklist(graph: Graph, by_root, target: Target, report: FusionReport, d
             if m is None:
                 best = trace.best
                 if best is not None and best.progress >= CANDIDATE_PROGRESS:
-                    report.regions.append(Region.refused(rule.name, node.name,
-                                                         MatchStatus.PARTIAL, best.reason,
-                                                         best.progress))
+                    report.regions.append(Region.not_fused(rule.name, node.name,
+                                                           MatchStatus.PARTIAL, best.reason,
+                                                           best.progress))
                 continue
             verdict = used_outside(m.nodes, m.root) or _legal(rule, m, target)
             reason = verdict if isinstance(verdict, Refusal) else None
@@ -218,8 +219,8 @@ def _run_worklist(graph: Graph, by_root, target: Target, report: FusionReport, d
                 reason = Refusal(STOPPED, f"stopped after {cap} rewrites in a graph of {nodes} "
                                  "node(s): its output matches its own pattern again", node.name)
             if reason:
-                report.regions.append(Region.refused(rule.name, node.name, MatchStatus.REFUSED,
-                                                     reason, len(m.nodes)))
+                report.regions.append(Region.not_fused(rule.name, node.name,
+                                                       MatchStatus.REFUSED, reason, len(m.nodes)))
                 continue
             if apply:
                 rewrites[rule.name] = rewrites.get(rule.name, 0) + 1
