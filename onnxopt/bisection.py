@@ -17,8 +17,8 @@ from typing import Any
 from onnx import ModelProto
 
 from onnxopt.exporter.save import inline_external
-from onnxopt.holdback import describe, minimal_hold, units_of
-from onnxopt.options import OptimizeOptions
+from onnxopt.holdback import minimal_hold, units_of
+from onnxopt.options import HoldUnit, OptimizeOptions
 from onnxopt.pipeline import OptimizeResult
 from onnxopt.safeguard import optimize_guarded
 from onnxopt.verification import VerifyReport, verify_models
@@ -28,10 +28,10 @@ from onnxopt.verification import VerifyReport, verify_models
 class BisectReport:
     """What bisection found: the mismatch it started from, the culprits, and the result
     without them (``None`` when none was found, with ``reason`` saying why) with its own
-    verification (``verified``)."""
+    verification (``verified``). A culprit prints as ``fuse:RULE@ROOT`` or ``pass:NAME``."""
 
     mismatch: list[str] = field(default_factory=list)
-    culprits: list[str] = field(default_factory=list)
+    culprits: list[HoldUnit] = field(default_factory=list)
     result: OptimizeResult | None = None
     runs: int = 0
     reason: str | None = None
@@ -42,15 +42,15 @@ class BisectReport:
         out = [f"bisect: the optimized model differs ({'; '.join(self.mismatch)})"
                ] if self.mismatch else []
         if self.culprits:
-            out += [f"bisect: caused by {describe(u)}" for u in self.culprits]
+            out += [f"bisect: caused by {u.describe()}" for u in self.culprits]
             out.append(f"bisect: without it the model verifies ({self.runs} runs)")
         else:
             out.append(f"bisect: {self.reason}")
         return out
 
     def to_json(self) -> dict[str, Any]:
-        return {"mismatch": self.mismatch, "culprits": self.culprits,
-                "described": [describe(u) for u in self.culprits], "runs": self.runs,
+        return {"mismatch": self.mismatch, "culprits": [str(u) for u in self.culprits],
+                "described": [u.describe() for u in self.culprits], "runs": self.runs,
                 "reason": self.reason}
 
 
@@ -60,9 +60,9 @@ def bisect(source: str | ModelProto, options: OptimizeOptions,
            first_report: VerifyReport | None = None) -> BisectReport:
     """Find the rewrites that make ``source``'s optimized form fail verification."""
     verify_options = verify_options or {}
-    runs: dict[frozenset[str], tuple[OptimizeResult, VerifyReport]] = {}
+    runs: dict[frozenset[HoldUnit], tuple[OptimizeResult, VerifyReport]] = {}
 
-    def attempt(hold: frozenset[str]) -> tuple[OptimizeResult, VerifyReport]:
+    def attempt(hold: frozenset[HoldUnit]) -> tuple[OptimizeResult, VerifyReport]:
         if hold not in runs:
             opts = dataclasses.replace(options, hold_back=options.hold_back | hold)
             result = optimize_guarded(source, opts)

@@ -5,15 +5,17 @@ the model (the main graph and each If/Loop/Scan body, outer graphs first). When 
 rule fires, the nodes that read its new outputs are queued again, so the cost grows
 with the graph, not with its square. For every rule the driver keeps what
 ``explain`` shows: each region fused, each region refused with the legality reason,
-and the best partial match with the reason it stopped. The fused nodes a rule makes
-are checked against their op's schema (:data:`onnxopt.ops.FUSED_OPS`).
+and the best partial match with the reason it stopped — each reason a
+:class:`~onnxopt.refusal.Refusal`, whose code the report groups by. The fused nodes a
+rule makes are checked against their op's schema (:data:`onnxopt.ops.FUSED_OPS`).
 """
 
 from __future__ import annotations
 
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from enum import StrEnum
 
 from onnxopt.errors import UsageError
 from onnxopt.ir.builder import FUSED_DOMAIN, NodeBuilder
@@ -28,6 +30,7 @@ from onnxopt.legality.target import Target, make_target
 from onnxopt.match.pattern import Builder, Match, Trace, match_pattern, pattern_names
 from onnxopt.ops import FUSED_OPS
 from onnxopt.options import OptimizeOptions
+from onnxopt.refusal import Refusal
 from onnxopt.rules import all_rules
 from onnxopt.rules.base import Facts, Rule
 
@@ -63,25 +66,44 @@ def fused_node_count(model: Model) -> int:
 # A partial match is worth reporting once it got a few nodes past the root.
 CANDIDATE_PROGRESS = 3
 HELD_BACK = "held back: with this fusion the result did not pass the output checks"
+HELD_BACK_CODE = "held_back"  # the code of a region the safeguard (or --bisect) held back
+
+
+class MatchStatus(StrEnum):
+    """What became of a candidate region (a ``str``: it prints and compares as its value)."""
+
+    FUSED = "fused"
+    REFUSED = "refused"  # matched, and legality (or a hold-back) said no
+    PARTIAL = "partial"  # the pattern got some nodes in, then stopped
 
 
 @dataclass
 class Region:
-    """One candidate region of one rule: fused, refused, or a partial match."""
+    """One candidate region of one rule: fused, refused, or a partial match.
+
+    ``code`` is the refusal's stable code (None where fused): what reports group by, while
+    ``detail`` is the sentence (fused: what was matched) a person reads."""
 
     rule: str
     root: str
-    status: str  # "fused" | "refused" | "partial"
+    status: MatchStatus
     detail: str
     nodes: int = 0
     # The non-exact rewrites (by pass) whose results this fused region absorbed or reads:
     # the places where it is not bit for bit the model's own computation besides the fused op.
     inexact: tuple[str, ...] = ()
+    code: str | None = None
+
+    @classmethod
+    def not_fused(cls, rule: str, root: str, status: MatchStatus, reason: Refusal,
+                  nodes: int) -> Region:
+        """A refused or partial region, said with ``reason``'s sentence and code."""
+        return cls(rule, root, status, reason.text, nodes, code=reason.code)
 
     def to_json(self) -> dict:
-        out = self.__dict__.copy()
-        out["inexact"] = list(self.inexact)
-        return out
+        return {"rule": self.rule, "root": self.root, "status": self.status.value,
+                "code": self.code, "detail": self.detail, "nodes": self.nodes,
+                "inexact": list(self.inexact)}
 
 
 @dataclass
@@ -89,17 +111,24 @@ class FusionReport:
     regions: list[Region] = field(default_factory=list)
 
     def summary(self) -> dict[str, dict]:
+        """Per rule: regions by status, and the regions not fused counted by their sentence
+        (``reasons``) and by their code (``codes``: what groups, since sentences name values),
+        the most common first."""
         out: dict[str, dict] = {}
+        reasons: dict[str, Counter] = {}
+        codes: dict[str, Counter] = {}
         for r in self.regions:
-            entry = out.setdefault(r.rule, {"fused": 0, "refused": 0, "partial": 0, "reasons": {}})
-            entry[r.status] += 1
-            if r.status != "fused":
-                entry["reasons"][r.detail] = entry["reasons"].get(r.detail, 0) + 1
-        for entry in out.values():
-            entry["reasons"] = dict(sorted(entry["reasons"].items(), key=lambda kv: -kv[1]))
+            entry = out.setdefault(r.rule, {"fused": 0, "refused": 0, "partial": 0})
+            entry[r.status.value] += 1
+            if r.status != MatchStatus.FUSED:
+                reasons.setdefault(r.rule, Counter())[r.detail] += 1
+                codes.setdefault(r.rule, Counter())[r.code] += 1
+        for rule, entry in out.items():
+            entry["reasons"] = dict(reasons.get(rule, Counter()).most_common())
+            entry["codes"] = dict(codes.get(rule, Counter()).most_common())
         return out
 
-    def count(self, rule: str, status: str = "fused") -> int:
+    def count(self, rule: str, status: str = MatchStatus.FUSED) -> int:
         return sum(1 for r in self.regions if r.rule == rule and r.status == status)
 
     def to_json(self) -> dict:
@@ -148,7 +177,7 @@ def _graphs(graph: Graph) -> list[Graph]:
 # below the cap.
 REWRITES_PER_NODE = 2
 MIN_REWRITE_CAP = 64
-STOPPED = "stopped"  # the first word of the refusal of a rule that hit the cap
+STOPPED = "stopped_at_rewrite_cap"  # the code of the refusal of a rule that hit the cap
 
 
 def rewrite_cap(node_count: int) -> int:
@@ -177,24 +206,25 @@ def _run_worklist(graph: Graph, by_root, target: Target, report: FusionReport, d
             if m is None:
                 best = trace.best
                 if best is not None and best.progress >= CANDIDATE_PROGRESS:
-                    report.regions.append(Region(rule.name, node.name, "partial", best.reason,
-                                                 best.progress))
+                    report.regions.append(Region.not_fused(rule.name, node.name,
+                                                           MatchStatus.PARTIAL, best.reason,
+                                                           best.progress))
                 continue
-            verdict = used_outside(m.nodes, m.root) or rule.legal(m, target)
-            reason = verdict if isinstance(verdict, str) else None
+            verdict = used_outside(m.nodes, m.root) or _legal(rule, m, target)
+            reason = verdict if isinstance(verdict, Refusal) else None
             if not reason and hold_back(rule.name, node.name):
-                reason = HELD_BACK
+                reason = Refusal(HELD_BACK_CODE, HELD_BACK, node.name)
             if not reason and apply and rewrites.get(rule.name, 0) == cap:
                 rewrites[rule.name] = cap + 1  # stopped: no more matching in this graph
-                reason = (f"{STOPPED} after {cap} rewrites in a graph of {nodes} node(s): its "
-                          "output matches its own pattern again")
+                reason = Refusal(STOPPED, f"stopped after {cap} rewrites in a graph of {nodes} "
+                                 "node(s): its output matches its own pattern again", node.name)
             if reason:
-                report.regions.append(Region(rule.name, node.name, "refused", reason,
-                                             len(m.nodes)))
+                report.regions.append(Region.not_fused(rule.name, node.name,
+                                                       MatchStatus.REFUSED, reason, len(m.nodes)))
                 continue
             if apply:
                 rewrites[rule.name] = rewrites.get(rule.name, 0) + 1
-            region = Region(rule.name, node.name, "fused", rule.describe(m, verdict),
+            region = Region(rule.name, node.name, MatchStatus.FUSED, rule.describe(m, verdict),
                             len(m.nodes))
             report.regions.append(region)
             if not apply:
@@ -206,6 +236,16 @@ def _run_worklist(graph: Graph, by_root, target: Target, report: FusionReport, d
                     work.append(user)
                     queued.add(id(user))
             break
+
+
+def _legal(rule: Rule, m: Match, target: Target) -> Refusal | Facts | None:
+    """``rule.legal``, held to its contract: a rule that answers with anything else (a bare
+    sentence, as rules once did) is a bug in the rule, said at once rather than fused."""
+    verdict = rule.legal(m, target)
+    if verdict is not None and not isinstance(verdict, (Refusal, Facts)):
+        raise TypeError(f"rule {rule.name}: legal() returned {type(verdict).__name__}; it "
+                        "returns a Refusal, Facts or None")
+    return verdict
 
 
 def _apply(graph: Graph, rule: Rule, m: Match, facts: Facts | None, debug: bool

@@ -2,38 +2,51 @@
 
 Shared by the safeguard (a result that fails the output checks) and ``--bisect`` (a
 result that fails verification): both re-run the pipeline with *units* held back —
-``fuse:RULE@ROOT`` (one fusion region), ``pass:NAME`` (a normalization pass; passes
-work on the whole model and cannot be switched off per region), ``rule:NAME`` — and
-look for the smallest set whose holding back makes the result good.
+a :class:`~onnxopt.options.FusionUnit` (one fusion region), a
+:class:`~onnxopt.options.PassUnit` (a normalization pass; passes work on the whole model
+and cannot be switched off per region), a :class:`~onnxopt.options.RuleUnit` — and look
+for the smallest set whose holding back makes the result good.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from onnxopt.fuse import selected_rules
+from onnxopt.fuse import MatchStatus, Region, selected_rules
 from onnxopt.normalize import pass_names
-from onnxopt.options import OptimizeOptions
+from onnxopt.options import FusionUnit, HoldUnit, OptimizeOptions, PassUnit, RuleUnit
 from onnxopt.pipeline import OptimizeResult
 
 
-def units_of(result: OptimizeResult | None, options: OptimizeOptions) -> list[str]:
+def units_of(result: OptimizeResult | None, options: OptimizeOptions) -> list[HoldUnit]:
     """What ``result``'s run did, fusion regions first; after a stage raised (no result),
     every rule and every pass."""
     if result is None:
-        return ([f"rule:{r.name}" for r in selected_rules(options)]
-                + [f"pass:{name}" for name in pass_names()])
+        return ([RuleUnit(r.name) for r in selected_rules(options)]
+                + [PassUnit(name) for name in pass_names()])
     stages = result.report.stages
     fused = stages.get("fuse")
     regions = fused.regions if fused is not None else []
-    units = [f"fuse:{r.rule}@{r.root}" for r in regions if r.status == "fused"]
+    units: list[HoldUnit] = [unit_of(r) for r in regions if r.status == MatchStatus.FUSED]
     changed = {name for stage in ("normalize", "cleanup") for name in (stages.get(stage) or {})}
-    units.extend(f"pass:{name}" for name in pass_names() if name in changed)
+    units.extend(PassUnit(name) for name in pass_names() if name in changed)
     return units
 
 
-def minimal_hold(units: list[str], good: Callable[[list[str]], bool],
-                 kept_by: dict[str, list[str]] | None = None) -> list[str]:
+def fused_regions(result: OptimizeResult | None) -> dict[FusionUnit, Region]:
+    """The fused regions of ``result``'s run, by the unit that holds each back."""
+    fused = result.report.stages.get("fuse") if result is not None else None
+    regions = fused.regions if fused is not None else []
+    return {unit_of(r): r for r in regions if r.status == MatchStatus.FUSED}
+
+
+def unit_of(region: Region) -> FusionUnit:
+    """The unit that holds ``region`` back."""
+    return FusionUnit(region.rule, region.root)
+
+
+def minimal_hold(units: list[HoldUnit], good: Callable[[list[HoldUnit]], bool],
+                 kept_by: dict[HoldUnit, list[HoldUnit]] | None = None) -> list[HoldUnit]:
     """Give units back in halves while the result stays good; return those still held.
 
     Starts from everything held (known good). A half whose release keeps the result
@@ -44,7 +57,7 @@ def minimal_hold(units: list[str], good: Callable[[list[str]], bool],
     """
     held = list(units)
 
-    def release(group: list[str]) -> None:
+    def release(group: list[HoldUnit]) -> None:
         if not group:
             return
         trial = [u for u in held if u not in group]
@@ -61,15 +74,3 @@ def minimal_hold(units: list[str], good: Callable[[list[str]], bool],
 
     release(list(held))
     return held
-
-
-def describe(unit: str) -> str:
-    """A held-back unit in words."""
-    kind, _, what = unit.partition(":")
-    if kind == "fuse":
-        rule, _, root = what.partition("@")
-        return f"rule {rule} at node {root}"
-    if kind == "pass":
-        return (f"normalization pass {what} (switched off for the whole model: a pass cannot "
-                "be switched off per region)")
-    return f"rule {what} (everywhere)"

@@ -3,6 +3,58 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import ClassVar
+
+
+@dataclass(frozen=True)
+class FusionUnit:
+    """One fusion region held back: ``rule`` where it ends at node ``root``."""
+
+    rule: str
+    root: str
+    kind: ClassVar[str] = "fusion"
+
+    def __str__(self) -> str:
+        return f"fuse:{self.rule}@{self.root}"
+
+    def describe(self) -> str:
+        return f"rule {self.rule} at node {self.root}"
+
+
+@dataclass(frozen=True)
+class PassUnit:
+    """A normalization pass held back, for the whole model (a pass works on the whole model and
+    cannot be switched off per region)."""
+
+    name: str
+    kind: ClassVar[str] = "pass"
+
+    def __str__(self) -> str:
+        return f"pass:{self.name}"
+
+    def describe(self) -> str:
+        return (f"normalization pass {self.name} (switched off for the whole model: a pass "
+                "cannot be switched off per region)")
+
+
+@dataclass(frozen=True)
+class RuleUnit:
+    """A fusion rule held back everywhere."""
+
+    name: str
+    kind: ClassVar[str] = "rule"
+
+    def __str__(self) -> str:
+        return f"rule:{self.name}"
+
+    def describe(self) -> str:
+        return f"rule {self.name} (everywhere)"
+
+
+HoldUnit = FusionUnit | PassUnit | RuleUnit
+"""What a run can be asked not to do (:attr:`OptimizeOptions.hold_back`). ``str()`` is the
+form reports print (``fuse:RULE@ROOT``, ``pass:NAME``, ``rule:NAME``); ``describe()`` says it
+in words."""
 
 
 @dataclass
@@ -25,8 +77,8 @@ class OptimizeOptions:
     is only read.
 
     ``hold_back`` names what this run must not do, as the safeguard finds it
-    (:mod:`onnxopt.safeguard`): ``"pass:NAME"`` skips a normalization pass,
-    ``"rule:NAME"`` a fusion rule, ``"fuse:RULE@ROOT"`` one fusion region (the
+    (:mod:`onnxopt.safeguard`): a :class:`PassUnit` skips a normalization pass, a
+    :class:`RuleUnit` a fusion rule, a :class:`FusionUnit` one fusion region (the
     rule at the node it ends at). ``extra_rules`` adds fusion rules of the
     caller's own (instances of :class:`onnxopt.rules.base.Rule`).
     """
@@ -42,11 +94,11 @@ class OptimizeOptions:
     fuse: bool = True
     rules: bool = True  # False: normalization's exact rewrites only, nothing fused (--no-fuse)
     debug: bool = False
-    hold_back: frozenset[str] = field(default_factory=frozenset)
+    hold_back: frozenset[HoldUnit] = field(default_factory=frozenset)
     extra_rules: tuple = ()  # Rule instances run after the built-in ones (plugins, tests)
 
     def skips_pass(self, name: str) -> bool:
-        return f"pass:{name}" in self.hold_back
+        return PassUnit(name) in self.hold_back
 
     def skips_region(self, rule: str, root: str) -> bool:
-        return f"fuse:{rule}@{root}" in self.hold_back or f"rule:{rule}" in self.hold_back
+        return FusionUnit(rule, root) in self.hold_back or RuleUnit(rule) in self.hold_back

@@ -25,7 +25,7 @@ from onnxopt import fuse, normalize, ort_helper, select
 from onnxopt.errors import OnnxoptError
 from onnxopt.exporter.build import export_model_encoded
 from onnxopt.exporter.save import StagedFile, restore_left_out
-from onnxopt.fuse import FusionReport
+from onnxopt.fuse import FusionReport, MatchStatus
 from onnxopt.importer import import_model
 from onnxopt.ir.builder import FUSED_DOMAIN
 from onnxopt.ir.exactness import ExactnessPolicy, rewrite_of, unconfined_sites
@@ -344,11 +344,13 @@ def fuse_and_settle(model: Model, options: OptimizeOptions) -> FusionReport | No
         again = fuse.run(model, options)
         # Every candidate is matched again: keep the first round's fusions, and the second
         # round's word on everything (what still cannot fuse, and why).
-        report.regions = [r for r in report.regions if r.status == "fused"] + again.regions
+        report.regions = ([r for r in report.regions if r.status == MatchStatus.FUSED]
+                          + again.regions)
     # A partial match whose root another rule then fused (a norm pattern that started at a
     # GELU's Add) says nothing about what is left unfused.
     alive = {n.name for n in model.graph.all_nodes()}
-    report.regions = [r for r in report.regions if r.status != "partial" or r.root in alive]
+    report.regions = [r for r in report.regions
+                      if r.status != MatchStatus.PARTIAL or r.root in alive]
     return report
 
 
@@ -377,9 +379,7 @@ def explain_model(result: OptimizeResult, rule: str | None = None) -> Explanatio
     if rule:
         report = FusionReport([r for r in report.regions if r.rule == rule])
         if selection is not None:
-            # fused nodes are named "<rule>/<op>" by the rewrite builder
-            selection.selections = [s for s in selection.selections
-                                    if s.node.split("/")[0] == rule]
+            selection.selections = [s for s in selection.selections if s.rule == rule]
     return Explanation(report, selection, stages.get("safeguard"))
 
 

@@ -5,9 +5,9 @@ the ONNX checker, ONNX Runtime's own load, tensor bytes), each check only where 
 input passes it. A result that fails — or a stage that raised — is not written;
 instead the run is repeated with parts of it held back until the result passes:
 
-1. the *units* of the failed run are listed: every fusion region it made
-   (``fuse:RULE@ROOT``) and every normalization pass that changed something
-   (``pass:NAME``); after a stage raised, every rule and every pass;
+1. the *units* of the failed run are listed (:mod:`onnxopt.holdback`): every fusion
+   region it made (``fuse:RULE@ROOT``) and every normalization pass that changed
+   something (``pass:NAME``); after a stage raised, every rule and every pass;
 2. the run with all of them held back must pass (else: the pure round trip,
    else the input exactly as it was);
 3. then units are given back in halves, keeping each half that still passes,
@@ -29,8 +29,8 @@ from onnx import ModelProto
 
 from onnxopt import evaluation
 from onnxopt.exporter.save import StagedFile
-from onnxopt.fuse import HELD_BACK, FusionReport, Region
-from onnxopt.holdback import describe, minimal_hold, units_of
+from onnxopt.fuse import HELD_BACK, HELD_BACK_CODE, FusionReport, MatchStatus, Region
+from onnxopt.holdback import fused_regions, minimal_hold, unit_of, units_of
 from onnxopt.importer.load import (
     has_external_data,
     map_model_file,
@@ -38,7 +38,7 @@ from onnxopt.importer.load import (
     read_model_with_data,
     tensor_bytes,
 )
-from onnxopt.options import OptimizeOptions
+from onnxopt.options import FusionUnit, HoldUnit, OptimizeOptions, PassUnit, RuleUnit
 from onnxopt.pipeline import (
     Explanation,
     OptimizeResult,
@@ -82,7 +82,8 @@ def optimize_guarded(source: str | ModelProto, options: OptimizeOptions,
     result.report.stage_seconds["safeguard"] = time.perf_counter() - start
     result.report.stages["safeguard"] = {
         "checks": "failed, then passed" if fallback != "original" else "failed",
-        "problem": problems[0], "held_back": sorted(held), "fallback": fallback, "lost": lost}
+        "problem": problems[0], "held_back": sorted(str(unit) for unit in held),
+        "fallback": fallback, "lost": lost}
     return result
 
 
@@ -94,41 +95,40 @@ def explain_guarded(source: str | ModelProto, options: OptimizeOptions,
     return explain_model(optimize_guarded(source, options), rule)
 
 
-def loss(unit: str, reason: str, region: Region | None = None, *, held_back: bool = True
+def loss(unit: HoldUnit, reason: str, region: Region | None = None, *, held_back: bool = True
          ) -> dict:
-    """What holding ``unit`` back lost, for the report: ``kind`` ("fusion": one region of a
-    rule; "pass": a normalization pass, for the whole model; "rule": every region of a rule),
-    ``rule`` and ``root`` (the node the region ends at) where they apply, ``pass``, ``lost``
-    (in words), ``reason`` (the problem the result had with it) and ``held_back``: ``False``
-    for a fusion that was not itself held back, lost as another unit was (a pass its match
-    needs)."""
-    kind, _, what = unit.partition(":")
-    entry = {"unit": unit, "kind": {"fuse": "fusion"}.get(kind, kind), "rule": None,
-             "root": None, "pass": None, "lost": describe(unit), "reason": reason,
-             "held_back": held_back}
-    if kind == "fuse":
-        entry["rule"], _, entry["root"] = what.partition("@")
+    """What holding ``unit`` back lost, for the report: ``unit`` (as printed), ``kind``
+    ("fusion": one region of a rule; "pass": a normalization pass, for the whole model;
+    "rule": every region of a rule), ``rule`` and ``root`` (the node the region ends at) where
+    they apply, ``pass``, ``lost`` (in words), ``reason`` (the problem the result had with it)
+    and ``held_back``: ``False`` for a fusion that was not itself held back, lost as another
+    unit was (a pass its match needs)."""
+    entry = {"unit": str(unit), "kind": unit.kind, "rule": None, "root": None, "pass": None,
+             "lost": unit.describe(), "reason": reason, "held_back": held_back}
+    if isinstance(unit, FusionUnit):
+        entry["rule"], entry["root"] = unit.rule, unit.root
         size = f" ({region.nodes} nodes)" if region is not None and region.nodes else ""
-        entry["lost"] = f"the {entry['rule']} fusion at node {entry['root']}{size}"
-    elif kind == "pass":
-        entry["pass"] = what
+        entry["lost"] = f"the {unit.rule} fusion at node {unit.root}{size}"
+    elif isinstance(unit, PassUnit):
+        entry["pass"] = unit.name
     else:
-        entry["rule"] = what
+        entry["rule"] = unit.name
     return entry
 
 
-def _losses(first: OptimizeResult | None, result: OptimizeResult, units: list[str],
-            held: frozenset[str], reasons: dict[str, str], fallback: str) -> list[dict]:
+def _losses(first: OptimizeResult | None, result: OptimizeResult, units: list[HoldUnit],
+            held: frozenset[HoldUnit], reasons: dict[HoldUnit, str], fallback: str
+            ) -> list[dict]:
     """Each unit held back, then each fusion of the first run that the result lacks though its
     own unit was given back (a held-back pass or rule kept it from matching)."""
-    made = _regions(first)
+    made = fused_regions(first)
     lost = [loss(unit, reasons[unit], made.get(unit)) for unit in units if unit in held]
-    kept = _regions(result) if fallback == "partial" else {}
-    wider = [unit for unit in units if unit in held and not unit.startswith("fuse:")]
+    kept = fused_regions(result) if fallback == "partial" else {}
+    wider = [unit for unit in units if unit in held and not isinstance(unit, FusionUnit)]
     for unit, region in made.items():
         if unit in held or unit in kept:
             continue
-        because = "; ".join(f"{describe(w)} was held back: {reasons[w]}" for w in wider)
+        because = "; ".join(f"{w.describe()} was held back: {reasons[w]}" for w in wider)
         lost.append(loss(unit, f"not fused once {because}" if because else
                          "not fused in the run the safeguard kept", region, held_back=False))
     return lost
@@ -143,9 +143,7 @@ def safeguard_lines(summary: dict) -> list[str]:
         return []
     if checks.startswith("not loaded"):
         return [f"safeguard: {checks}"]
-    lost = summary.get("lost")
-    if lost is None:  # a report of an older onnxopt: its units, named
-        lost = [loss(unit, summary.get("problem", "")) for unit in summary.get("held_back", [])]
+    lost = summary.get("lost", [])
     groups: dict[tuple[str, str | None, str], list[dict]] = {}
     for entry in lost:
         key = (entry["kind"], entry["rule"] if entry["kind"] == "fusion" else entry["unit"],
@@ -168,15 +166,8 @@ def safeguard_lines(summary: dict) -> list[str]:
     return lines
 
 
-def _regions(result: OptimizeResult | None) -> dict[str, Region]:
-    """The fused regions of ``result``'s run, by the unit that holds each back."""
-    fused = result.report.stages.get("fuse") if result is not None else None
-    regions = fused.regions if fused is not None else []
-    return {f"fuse:{r.rule}@{r.root}": r for r in regions if r.status == "fused"}
-
-
 def _say_held_back(result: OptimizeResult, first: OptimizeResult | None,
-                   reasons: dict[str, str], lost: list[dict]) -> None:
+                   reasons: dict[HoldUnit, str], lost: list[dict]) -> None:
     """Make ``result``'s fusion report say why each region it lost was not fused. A fallback
     without fusion (the round trip, the input as it was) has none of its own: the first run's
     regions stand for it, each that was fused now held back."""
@@ -187,17 +178,18 @@ def _say_held_back(result: OptimizeResult, first: OptimizeResult | None,
         fused = FusionReport([dataclasses.replace(r) for r in first.report.stages["fuse"].regions])
         result.report.stages["fuse"] = fused
         for r in fused.regions:
-            if r.status == "fused":
-                r.status, r.detail = "refused", HELD_BACK
-    knock_on = {e["unit"]: e["reason"] for e in lost if not e["held_back"]}
+            if r.status == MatchStatus.FUSED:
+                r.status, r.detail, r.code = MatchStatus.REFUSED, HELD_BACK, HELD_BACK_CODE
+    # (a fusion lost without being held back itself: always a region, with its rule and root)
+    knock_on = {FusionUnit(e["rule"], e["root"]): e["reason"] for e in lost if not e["held_back"]}
     for r in fused.regions:
-        unit = f"fuse:{r.rule}@{r.root}"
-        if r.status == "refused" and r.detail == HELD_BACK:
-            reason = (reasons.get(unit) or reasons.get(f"rule:{r.rule}")
+        unit = unit_of(r)
+        if r.status == MatchStatus.REFUSED and r.code == HELD_BACK_CODE:
+            reason = (reasons.get(unit) or reasons.get(RuleUnit(r.rule))
                       or next(iter(reasons.values()), None))
             if reason:
                 r.detail = f"held back by the safeguard: with this fusion, {reason}"
-        elif r.status != "fused" and unit in knock_on:
+        elif r.status != MatchStatus.FUSED and unit in knock_on:
             r.detail = f"{r.detail} (fused before the safeguard's hold-back: {knock_on[unit]})"
 
 
@@ -208,11 +200,12 @@ class _Guard:
         self.options = options
         self.stage = stage
         self._baseline: Fitness | None = None
-        self._tried: dict[frozenset[str], Attempt] = {}
-        self._kept_by: dict[str, list[str]] = {}  # unit -> the search's run that failed without it
-        self.unchecked: dict[frozenset[str], str] = {}
+        self._tried: dict[frozenset[HoldUnit], Attempt] = {}
+        # unit -> the search's run that failed without it
+        self._kept_by: dict[HoldUnit, list[HoldUnit]] = {}
+        self.unchecked: dict[frozenset[HoldUnit], str] = {}
 
-    def attempt(self, hold: frozenset[str], progress: Progress | None = None) -> Attempt:
+    def attempt(self, hold: frozenset[HoldUnit], progress: Progress | None = None) -> Attempt:
         """The pipeline with ``hold`` held back, and what the checks found (empty: fit)."""
         if hold in self._tried:
             return self._tried[hold]
@@ -285,7 +278,8 @@ class _Guard:
                 self._baseline = fitness(mapped.proto, left_out=mapped.raw)
         return self._baseline
 
-    def search(self, units: list[str]) -> tuple[OptimizeResult, frozenset[str], str]:
+    def search(self, units: list[HoldUnit]
+               ) -> tuple[OptimizeResult, frozenset[HoldUnit], str]:
         everything = frozenset(units)
         result, problems = self.attempt(everything)
         if problems:
@@ -300,7 +294,7 @@ class _Guard:
         # search keeps to them. A pass held back loses every fusion its form enables (a
         # Transpose folded into MatMul is what attention matches), so it would pass the
         # checks with one unit held back where the culprits were fusions.
-        fusions = [u for u in units if u.startswith("fuse:")]
+        fusions = [u for u in units if isinstance(u, FusionUnit)]
         if 0 < len(fusions) < len(units) and not self.attempt(frozenset(fusions))[1]:
             units = fusions
         held = minimal_hold(units, lambda hold: not self.attempt(frozenset(hold))[1],
@@ -308,7 +302,7 @@ class _Guard:
         result, _ = self.attempt(frozenset(held))
         return result, frozenset(held), "partial"
 
-    def reason(self, unit: str, default: str) -> str:
+    def reason(self, unit: HoldUnit, default: str) -> str:
         """Why ``unit`` stays held back: the first problem of the run that gave it back alone
         and failed (already made by the search), else ``default``."""
         trial = self._kept_by.get(unit)

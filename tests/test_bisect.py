@@ -13,6 +13,7 @@ import onnxopt
 from onnxopt import fuse
 from onnxopt.ir.builder import NodeBuilder
 from onnxopt.match.pattern import Builder, Match, Pat
+from onnxopt.options import FusionUnit
 from onnxopt.rules.base import Rule
 from onnxopt.verification import verify_models
 
@@ -50,7 +51,8 @@ def relu_model(tmp_path):
 def test_bisect_names_the_wrong_rule_its_region_and_the_error(relu_model, tmp_path):
     found = onnxopt.bisect(str(relu_model), tmp_path / "fixed.onnx", target="cpu",
                            extra_rules=(WrongRelu(),))
-    assert found.culprits == ["fuse:wrong_relu@Relu_1"]
+    assert [str(u) for u in found.culprits] == ["fuse:wrong_relu@Relu_1"]
+    assert found.culprits == [FusionUnit("wrong_relu", "Relu_1")]  # a record, not a string
     assert found.mismatch[0].startswith("y: max abs ")
     assert found.lines()[1] == "bisect: caused by rule wrong_relu at node Relu_1"
     assert verify_models(str(relu_model), str(tmp_path / "fixed.onnx")).ok

@@ -14,7 +14,9 @@ from onnx import TensorProto
 
 import onnxopt
 from onnxopt import fuse
+from onnxopt.fuse import HELD_BACK_CODE
 from onnxopt.ir.dtypes import dtype_code
+from onnxopt.options import FusionUnit, OptimizeOptions, PassUnit, RuleUnit
 from onnxopt.rules import all_rules
 from onnxopt.rules.attention import Attention
 from onnxopt.safeguard import loss, safeguard_lines
@@ -99,6 +101,7 @@ def test_explain_says_held_back_where_optimize_held_back(llama, tmp_path, cli,
     for r in attention:
         assert r["status"] == "refused"
         assert r["detail"].startswith(f"held back by the safeguard: with this fusion, {REFUSAL}")
+        assert r["code"] == HELD_BACK_CODE == "held_back"
     assert {e["root"] for e in data["safeguard"]["lost"]} == {r["root"] for r in attention}
     # What optimize writes is what explain says: the same decision, region by region.
     optimized = tmp_path / "r.json"
@@ -122,9 +125,10 @@ def test_a_fusion_lost_to_a_pass_held_back_is_named_with_that_pass():
     listed as lost (``held_back`` false), said with the pass and its reason."""
     summary = {"checks": "failed, then passed", "problem": "P", "fallback": "partial",
                "held_back": ["pass:p"],
-               "lost": [loss("pass:p", "the ONNX checker refuses it: X"),
-                        loss("fuse:attention@a", "not fused once normalization pass p ... was "
-                             "held back: the ONNX checker refuses it: X", held_back=False)]}
+               "lost": [loss(PassUnit("p"), "the ONNX checker refuses it: X"),
+                        loss(FusionUnit("attention", "a"), "not fused once normalization pass "
+                             "p ... was held back: the ONNX checker refuses it: X",
+                             held_back=False)]}
     lines = safeguard_lines(summary)
     assert lines[0].startswith("safeguard: held back normalization pass p (switched off for "
                                "the whole model")
@@ -136,8 +140,8 @@ def test_a_fusion_lost_to_a_pass_held_back_is_named_with_that_pass():
 def test_a_fallback_says_what_was_written_after_what_was_lost():
     summary = {"checks": "failed, then passed", "problem": "Q", "fallback": "round trip",
                "held_back": ["fuse:gelu@g1", "fuse:gelu@g2", "pass:p"],
-               "lost": [loss("fuse:gelu@g1", "Q"), loss("fuse:gelu@g2", "Q"),
-                        loss("pass:p", "Q")]}
+               "lost": [loss(FusionUnit("gelu", "g1"), "Q"), loss(FusionUnit("gelu", "g2"), "Q"),
+                        loss(PassUnit("p"), "Q")]}
     assert safeguard_lines(summary) == [
         "safeguard: held back 2 gelu fusions (rule gelu): Q",
         ("safeguard: held back normalization pass p (switched off for the whole model: a pass "
@@ -145,3 +149,20 @@ def test_a_fallback_says_what_was_written_after_what_was_lost():
         "safeguard: wrote the model without any rewrite (a plain round trip): Q"]
     assert safeguard_lines({"checks": "passed"}) == []
     assert safeguard_lines({"checks": "not loaded: why"}) == ["safeguard: not loaded: why"]
+
+
+def test_units_are_records_printed_as_before():
+    """A held-back unit is a record; reports print it as ``fuse:RULE@ROOT`` and the
+    ``lost`` entry carries its fields, so nothing reads a unit back from its string."""
+    region, rule, pass_ = FusionUnit("gelu", "Mul_3"), RuleUnit("gelu"), PassUnit("p")
+    assert [str(u) for u in (region, rule, pass_)] == ["fuse:gelu@Mul_3", "rule:gelu", "pass:p"]
+    assert loss(region, "Q") == {"unit": "fuse:gelu@Mul_3", "kind": "fusion", "rule": "gelu",
+                                 "root": "Mul_3", "pass": None,
+                                 "lost": "the gelu fusion at node Mul_3", "reason": "Q",
+                                 "held_back": True}
+    assert (loss(rule, "Q")["kind"], loss(rule, "Q")["rule"]) == ("rule", "gelu")
+    assert loss(rule, "Q")["lost"] == "rule gelu (everywhere)"
+    options = OptimizeOptions(hold_back=frozenset({region}))
+    assert options.skips_region("gelu", "Mul_3") and not options.skips_region("gelu", "Mul_4")
+    assert OptimizeOptions(hold_back=frozenset({rule})).skips_region("gelu", "Mul_4")
+    assert OptimizeOptions(hold_back=frozenset({pass_})).skips_pass("p")

@@ -8,8 +8,9 @@ from collections import Counter, defaultdict
 from typing import TYPE_CHECKING
 
 from onnxopt.commands.plain import PlainConsole, PlainTable, is_terminal
-from onnxopt.fuse import STOPPED
+from onnxopt.fuse import STOPPED, MatchStatus
 from onnxopt.pipeline import OptimizeReport
+from onnxopt.refusal import Refusal
 from onnxopt.safeguard import safeguard_lines
 from onnxopt.verification import VerifyReport
 
@@ -62,7 +63,7 @@ def stopped_rules(report: OptimizeReport) -> list[str]:
     regions = fusion.regions if fusion is not None else []
     return [f"rule {r.rule} was {r.detail} (at node {r.root}; please report this to the "
             "rule's author)" for r in regions
-            if r.status == "refused" and r.detail.startswith(f"{STOPPED} ")]
+            if r.status == MatchStatus.REFUSED and r.code == STOPPED]
 
 
 def print_optimize(report: OptimizeReport, output: str) -> None:
@@ -99,8 +100,10 @@ def print_normalize(out: Console, summary: dict[str, int]) -> None:
 
 
 def print_fusion(out: Console, report) -> None:
-    """Per rule: fused, refused, partial; then the refusal reasons, each on its own line
-    (a reason is a sentence naming a value: it does not fit a table cell)."""
+    """Per rule: fused, refused, partial; then the refusals grouped by rule and code, the most
+    common first, each group on its own line with one of its sentences (a sentence names a
+    value: it does not fit a table cell, and the same refusal at another value is another
+    sentence)."""
     summary = report.summary()
     if not summary:
         out.print("fusion: no candidate regions")
@@ -111,16 +114,27 @@ def print_fusion(out: Console, report) -> None:
     for rule, entry in summary.items():
         table.add_row(rule, str(entry["fused"]), str(entry["refused"]), str(entry["partial"]))
     out.print(table)
-    refused = [r for r in report.regions if r.status == "refused"]
+    refused = [r for r in report.regions if r.status == MatchStatus.REFUSED]
     if refused:
         out.print(f"not fused ({len(refused)}; `onnxopt explain` lists partial matches too):")
-        counts: dict[tuple[str, str], int] = {}
+        groups: dict[tuple[str, str | None], Counter] = {}
         for r in refused:
-            counts[(r.rule, r.detail)] = counts.get((r.rule, r.detail), 0) + 1
-        for (rule, detail), n in sorted(counts.items(), key=lambda kv: -kv[1])[:8]:
-            out.print(f"  {rule}: {detail}" + (f"  (x{n})" if n > 1 else ""), markup=False)
-        if len(counts) > 8:
-            out.print(f"  ... and {len(counts) - 8} more reasons")
+            groups.setdefault((r.rule, r.code), Counter())[r.detail] += 1
+        ranked = sorted(groups.items(), key=lambda kv: -kv[1].total())
+        for (rule, code), sentences in ranked[:8]:
+            out.print(f"  {rule}: {_refusal_group(code, sentences)}", markup=False)
+        if len(groups) > 8:
+            out.print(f"  ... and {len(groups) - 8} more reasons")
+
+
+def _refusal_group(code: str | None, sentences: Counter) -> str:
+    """One group of refusals in a line: its most common sentence, and how many more there are
+    (of that sentence, or of the same code at other values)."""
+    sentence, n = sentences.most_common(1)[0]
+    total = sentences.total()
+    if total == n:
+        return sentence + (f"  (x{n})" if n > 1 else "")
+    return f"{sentence}  (and {total - 1} more {code})"
 
 
 def print_selection(out: Console, report) -> None:
@@ -136,11 +150,17 @@ def print_selection(out: Console, report) -> None:
     for col in ("fused op", "kernel", "nodes", "chosen by", "not chosen: why"):
         table.add_column(col, justify="right" if col == "nodes" else "left", overflow="fold")
     for (op, chosen), sels in sorted(groups.items()):
+        # Per kernel, its reasons grouped by code where they are refusals (a sentence names
+        # the node's values); the most common group's first sentence stands for it.
         reasons: dict[str, Counter] = defaultdict(Counter)
+        said: dict[tuple[str, object], str] = {}
         for s in sels:
             for k, why in s.rejected:
-                reasons[k.name][why] += 1
-        why = "\n".join(f"{name}: {c.most_common(1)[0][0]}" for name, c in reasons.items())
+                key = why.code if isinstance(why, Refusal) else why
+                reasons[k.name][key] += 1
+                said.setdefault((k.name, key), str(why))
+        why = "\n".join(f"{name}: {said[(name, c.most_common(1)[0][0])]}"
+                        for name, c in reasons.items())
         basis = Counter(s.basis for s in sels).most_common(1)[0][0]
         table.add_row(op, chosen, str(len(sels)), basis, why)
     out.print(table)

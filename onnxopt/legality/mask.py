@@ -25,11 +25,13 @@ from onnxopt.ir.node import OPAQUE_OP
 from onnxopt.ir.symdim import evaluate
 from onnxopt.ir.value import Value
 from onnxopt.isolation import NativeCrash
+from onnxopt.refusal import Refusal
 
 MASKED = -1e4  # an additive value at or below this masks a key (exp underflows to 0)
 HOLDS_BIAS = "the mask holds values between 0 and the masking range"
 PROBE_SIZES = ((2, 5), (1, 9), (3, 4))
 TRIANGULAR_OPS = frozenset({"Trilu", "Less", "LessOrEqual", "Greater", "GreaterOrEqual", "Range"})
+NOT_CAUSAL = Refusal("mask_not_causal", "the mask is built like a causal mask but is not causal")
 
 
 @dataclass(frozen=True)
@@ -37,7 +39,7 @@ class MaskInfo:
     causal: bool = False
     padding_input: Value | None = None
     looks_causal: bool = False
-    reason: str | None = None  # why the probe could not classify it
+    reason: Refusal | None = None  # why the probe could not classify it
     bias: bool = False  # it holds values between 0 and the masking range
 
     @property
@@ -54,9 +56,11 @@ def classify_mask(model: Model, mask: Value, batch_dim, key_dim, query_dim) -> M
     looks_causal = any(n.op_type in TRIANGULAR_OPS for n in nodes) or _triangular_constant(mask,
                                                                                           nodes)
     if mask.producer is None or not nodes:
-        return MaskInfo(looks_causal=looks_causal, reason="the mask is a model input or constant")
+        return MaskInfo(looks_causal=looks_causal, reason=Refusal(
+            "mask_is_input", "the mask is a model input or constant"))
     if any(v.dtype not in ("int64", "int32", "bool", "float32", "float16") for v in inputs):
-        return MaskInfo(looks_causal=looks_causal, reason="the mask depends on non-mask inputs")
+        return MaskInfo(looks_causal=looks_causal, reason=Refusal(
+            "mask_reads_other_inputs", "the mask depends on non-mask inputs"))
     shape_leaves = [v for v in inputs if v.producer is not None]
     inputs = [v for v in inputs if v.producer is None]
     # A [batch, keys] input: keys by name, or (a key/value cache: the mask covers a ``total``
@@ -65,24 +69,30 @@ def classify_mask(model: Model, mask: Value, batch_dim, key_dim, query_dim) -> M
     candidates = [v for v in inputs if v.shape is not None and len(v.shape) == 2
                   and v.shape[0] == batch_dim]
     if len(inputs) > 3 or any(v.shape is None or len(v.shape) > 2 for v in inputs):
-        return MaskInfo(looks_causal=looks_causal, reason="the mask depends on activations")
+        return MaskInfo(looks_causal=looks_causal, reason=Refusal(
+            "mask_reads_activations", "the mask depends on activations"))
     if any(not _shape_known(v) for v in shape_leaves):
-        return MaskInfo(looks_causal=looks_causal, reason="the mask depends on unknown shapes")
+        return MaskInfo(looks_causal=looks_causal, reason=Refusal(
+            "mask_shapes_unknown", "the mask depends on unknown shapes"))
     if any(n.op_type == OPAQUE_OP for n in nodes):
         return MaskInfo(looks_causal=looks_causal,
-                        reason="the mask depends on a node onnxopt does not model")
+                        reason=Refusal("mask_reads_opaque_node",
+                                       "the mask depends on a node onnxopt does not model"))
     proto = evaluation.subgraph_model(model, [mask], shape_leaves=True)
     if proto is None:
-        return MaskInfo(looks_causal=looks_causal, reason="the mask's subgraph cannot be cut out")
+        return MaskInfo(looks_causal=looks_causal, reason=Refusal(
+            "mask_not_cut_out", "the mask's subgraph cannot be cut out"))
     try:
         verdict = ort_helper.ask(_probe, proto, [_Fed.of(v) for v in inputs],
                                  [_ShapeFed.of_leaf(v) for v in shape_leaves],
                                  [_Fed.of(v) for v in candidates])
     except NativeCrash as e:
-        verdict = f"ONNX Runtime {e}"
+        verdict = Refusal("mask_probe_crashed", f"ONNX Runtime {e}")
     if verdict == HOLDS_BIAS:
         return MaskInfo(looks_causal=looks_causal, bias=True)
-    if isinstance(verdict, str):
+    if isinstance(verdict, str):  # the probe's own word (it runs in the ORT helper)
+        verdict = Refusal("mask_not_evaluable", verdict)
+    if isinstance(verdict, Refusal):
         return MaskInfo(looks_causal=looks_causal, reason=verdict)
     causal_votes, pad_votes = verdict
     padding = next((c for c in candidates if all(pad_votes[c.name])), None)
@@ -90,7 +100,7 @@ def classify_mask(model: Model, mask: Value, batch_dim, key_dim, query_dim) -> M
     no_mask = all(v == "none" for v in causal_votes)
     info_reason = None
     if looks_causal and not causal and not no_mask:
-        info_reason = "the mask is built like a causal mask but is not causal"
+        info_reason = NOT_CAUSAL
     return MaskInfo(causal=causal, padding_input=padding,
                     looks_causal=looks_causal, reason=info_reason)
 
@@ -156,7 +166,8 @@ def _probe(proto, inputs: list[_Fed], shape_leaves: list[_ShapeFed], candidates:
 
 def _classify_constant(mask: Value) -> MaskInfo:
     if mask.const.size > 1 << 22:
-        return MaskInfo(reason="the mask constant is too large to inspect")
+        return MaskInfo(reason=Refusal("mask_too_large",
+                                       "the mask constant is too large to inspect"))
     full = _masked(mask.const.numpy())
     if full is None:
         return MaskInfo(bias=True)
@@ -167,7 +178,7 @@ def _classify_constant(mask: Value) -> MaskInfo:
         tri, tri.T, np.tril(np.ones(plane.shape, dtype=bool), -1), ~tri))
     if verdict is True:
         return MaskInfo(causal=True, looks_causal=True)
-    reason = "the mask is built like a causal mask but is not causal" if looks else None
+    reason = NOT_CAUSAL if looks else None
     return MaskInfo(looks_causal=looks, reason=reason)
 
 

@@ -18,7 +18,9 @@ computed, read from the root (the last node) back to its inputs::
 
 Matching returns a :class:`Match` whose bindings are attributes (``m.x``,
 ``m.scale``), or records in the :class:`Trace` how far it got and why it
-stopped, so the best partial match of each rule can be explained.
+stopped — a :class:`~onnxopt.refusal.Refusal`, whose code names the kind of
+mismatch (``wrong_op``, ``constant_value``, …) — so the best partial match of
+each rule can be explained and reports can group partial matches by why.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from onnxopt.ir.node import Node
 from onnxopt.ir.schema_facts import attribute_defaults
 from onnxopt.ir.semantics import COMMUTATIVE, STANDARD_DOMAINS
 from onnxopt.ir.value import Value
+from onnxopt.refusal import Refusal
 
 _DTYPE_TOLERANCE = {"float16": 1e-3, "bfloat16": 8e-3}
 
@@ -54,19 +57,23 @@ class Var(Pat):
 
     def match(self, value, state):
         if value is None:
-            return state.fail(f"{self.name}: an input is missing")
+            return state.fail("input_missing", f"{self.name}: an input is missing")
         bound = state.bindings.get(self.name)
         if bound is not None:
             return bound is value or state.fail(
-                f"%{value.name} should be the same value as %{bound.name} ({self.name})")
+                "not_the_same_value",
+                f"%{value.name} should be the same value as %{bound.name} ({self.name})",
+                f"%{value.name}")
         if self.dtype is not None and value.dtype not in self.dtype:
-            return state.fail(f"%{value.name} ({self.name}) has dtype {value.dtype}, "
-                              f"expected one of {sorted(self.dtype)}")
+            return state.fail("wrong_dtype", f"%{value.name} ({self.name}) has dtype "
+                              f"{value.dtype}, expected one of {sorted(self.dtype)}",
+                              f"%{value.name}")
         if self.rank is not None:
             ranks = (self.rank,) if isinstance(self.rank, int) else self.rank
             if value.rank not in ranks:
-                return state.fail(f"%{value.name} ({self.name}) has rank {value.rank}, "
-                                  f"expected {' or '.join(map(str, ranks))}")
+                return state.fail("wrong_rank", f"%{value.name} ({self.name}) has rank "
+                                  f"{value.rank}, expected {' or '.join(map(str, ranks))}",
+                                  f"%{value.name}")
         if self.dims is not None and not state.unify_dims(value, self.dims, self.name):
             return False
         state.bindings[self.name] = value
@@ -83,27 +90,32 @@ class Const(Pat):
     def match(self, value, state):
         if value is None or value.const is None:
             what = "missing" if value is None else f"%{value.name} is computed, not a constant"
-            return state.fail(f"expected a constant{self._label()}: {what}")
+            return state.fail("not_a_constant", f"expected a constant{self._label()}: {what}",
+                              "" if value is None else f"%{value.name}")
         if self.scalar and value.const.size != 1:
-            return state.fail(f"constant %{value.name}{self._label()} has shape "
-                              f"{list(value.const.shape)}, expected a single value")
+            return state.fail("not_a_scalar", f"constant %{value.name}{self._label()} has "
+                              f"shape {list(value.const.shape)}, expected a single value",
+                              f"%{value.name}")
         if self.value is not None:
             arr = value.const.numpy()
             if value.const.dtype not in ("float32", "float64", "float16", "bfloat16", "int64",
                                          "int32") or arr.size == 0:
-                return state.fail(f"constant %{value.name} is not numeric")
+                return state.fail("constant_not_numeric",
+                                  f"constant %{value.name} is not numeric", f"%{value.name}")
             # A constant stored in half precision is the intended value rounded to it.
             tolerance = max(self.tolerance, _DTYPE_TOLERANCE.get(value.const.dtype, 0.0))
             ok = np.all(np.abs(arr.astype(np.float64) - self.value)
                         <= tolerance * max(1.0, abs(self.value)))
             if not ok:
                 shown = arr.reshape(-1)[0] if arr.size else "?"
-                return state.fail(f"constant %{value.name} is {shown:.6g}, expected "
-                                  f"{self.value:.6g}{self._label()}")
+                return state.fail("constant_value", f"constant %{value.name} is {shown:.6g}, "
+                                  f"expected {self.value:.6g}{self._label()}", f"%{value.name}")
         if self.name:
             bound = state.bindings.get(self.name)
             if bound is not None and bound is not value:
-                return state.fail(f"constant %{value.name} should be %{bound.name}")
+                return state.fail("not_the_same_value",
+                                  f"constant %{value.name} should be %{bound.name}",
+                                  f"%{value.name}")
             state.bindings[self.name] = value
         return True
 
@@ -128,7 +140,7 @@ class Op(Pat):
     domain: str = ""
     attrs: dict[str, Any] = field(default_factory=dict)
     sem: dict[str, Any] = field(default_factory=dict)
-    check: Callable[[Node], str | None] | None = None
+    check: Callable[[Node], Refusal | None] | None = None  # why the node does not fit
     commutative: bool | None = None
     other_inputs: bool = False
     reads: tuple[str, ...] = ()
@@ -136,31 +148,36 @@ class Op(Pat):
 
     def match(self, value, state):
         if value is None:
-            return state.fail(f"expected {self.op_type}, found a missing input")
+            return state.fail("input_missing", f"expected {self.op_type}, found a missing input")
         seen = state.by_pattern.get(id(self))
         if seen is not None:
             return seen is value or state.fail(
-                f"%{value.name} should be the same value as %{seen.name} ({self.op_type})")
+                "not_the_same_value",
+                f"%{value.name} should be the same value as %{seen.name} ({self.op_type})",
+                f"%{value.name}")
         node = value.producer
         if node is None or node.op_type != self.op_type or node.domain not in _domains(self.domain):
             found = "a graph input" if value.is_graph_input else (
                 "a constant" if value.is_constant else
                 (node.qualified_op if node is not None else "nothing"))
-            return state.fail(f"%{value.name}: expected {self.op_type}, found {found}")
+            return state.fail("wrong_op", f"%{value.name}: expected {self.op_type}, found "
+                              f"{found}", f"%{value.name}")
         for key, want in self.attrs.items():
             have = node.attr(key)
             if have != want and not (isinstance(want, tuple) and have is not None
                                      and tuple(have) == want):
-                return state.fail(f"{node.name}: attribute {key}={have}, expected {want}")
+                return state.fail("attribute_value",
+                                  f"{node.name}: attribute {key}={have}, expected {want}",
+                                  node.name)
         for key, want in self.sem.items():
             if node.sem.get(key, False) != want:
-                return state.fail(f"{node.name}: {key} is {node.sem.get(key)}, expected {want}")
-        if reason := self._contract(node):
-            return state.fail(f"{node.name}: {reason}")
-        if self.check is not None:
+                return state.fail("meaning_differs", f"{node.name}: {key} is "
+                                  f"{node.sem.get(key)}, expected {want}", node.name)
+        reason = self._contract(node)
+        if reason is None and self.check is not None:
             reason = self.check(node)
-            if reason:
-                return state.fail(f"{node.name}: {reason}")
+        if reason is not None:
+            return state.fail(reason.code, f"{node.name}: {reason.text}", node.name)
         state.progress += 1
         commutes = self.commutative if self.commutative is not None else (
             self.op_type in COMMUTATIVE and len(self.inputs) == 2)
@@ -183,13 +200,14 @@ class Op(Pat):
         return False
 
 
-    def _contract(self, node: Node) -> str | None:
+    def _contract(self, node: Node) -> Refusal | None:
         """What the node has that the pattern did not say it takes, or None."""
         given = len(node.inputs)
         while given and node.inputs[given - 1] is None:
             given -= 1
         if given > len(self.inputs) and not self.other_inputs:
-            return f"{given} inputs, the pattern takes {len(self.inputs)}"
+            return Refusal("extra_inputs", f"{given} inputs, the pattern takes "
+                           f"{len(self.inputs)}", node.name)
         if self.other_attrs or node.domain not in STANDARD_DOMAINS:
             return None
         defaults = attribute_defaults(node.op_type)
@@ -197,7 +215,8 @@ class Op(Pat):
             if key in self.attrs or key in self.reads:
                 continue
             if key not in defaults or node.attr(key) != defaults[key]:
-                return f"attribute {key}={node.attr(key)!r} is not one the pattern handles"
+                return Refusal("unhandled_attribute", f"attribute {key}={node.attr(key)!r} is "
+                               "not one the pattern handles", node.name)
         return None
 
 
@@ -206,7 +225,9 @@ class Absent(Pat):
     """An omitted optional input (an input the node does not have, or gave as "")."""
 
     def match(self, value, state):
-        return value is None or state.fail(f"%{value.name}: expected no input here")
+        return value is None or state.fail("unexpected_input",
+                                           f"%{value.name}: expected no input here",
+                                           f"%{value.name}")
 
 
 @dataclass(eq=False)
@@ -257,8 +278,10 @@ class Builder:
 
 @dataclass
 class Failure:
+    """How far a pattern got (nodes matched) and why it stopped there."""
+
     progress: int
-    reason: str
+    reason: Refusal
 
 
 class _State:
@@ -279,27 +302,32 @@ class _State:
         del self.nodes[snap[3]:]
         self.progress = snap[4]
 
-    def fail(self, reason: str) -> bool:
-        self.trace.record(self.progress, reason)
+    def fail(self, code: str, text: str, subject: str = "") -> bool:
+        """Record why matching stops here (a :class:`Refusal` is made only if it is the best
+        so far) and answer False, for ``return state.fail(...)``."""
+        self.trace.record(self.progress, code, text, subject)
         return False
 
     def unify_dims(self, value: Value, dims: tuple[Any, ...], label: str) -> bool:
         shape = value.shape
         if shape is None or len(shape) != len(dims):
-            return self.fail(f"%{value.name} ({label}) has shape {shape}, expected rank {len(dims)}")
+            return self.fail("wrong_rank", f"%{value.name} ({label}) has shape {shape}, "
+                             f"expected rank {len(dims)}", f"%{value.name}")
         for want, have in zip(dims, shape):
             if want is None or want == "_":
                 continue
             if isinstance(want, int):
                 if have != want:
-                    return self.fail(f"%{value.name} ({label}): dimension {have}, expected {want}")
+                    return self.fail("wrong_dimension", f"%{value.name} ({label}): dimension "
+                                     f"{have}, expected {want}", f"%{value.name}")
                 continue
             bound = self.dims.get(want, _UNBOUND)
             if bound is _UNBOUND:
                 self.dims[want] = have
             elif bound != have or have is None:
-                return self.fail(f"%{value.name} ({label}): dimension {want} is {have} here but "
-                                 f"{bound} elsewhere in the match")
+                return self.fail("dimension_mismatch", f"%{value.name} ({label}): dimension "
+                                 f"{want} is {have} here but {bound} elsewhere in the match",
+                                 f"%{value.name}")
         return True
 
 
@@ -312,9 +340,9 @@ class Trace:
     def __init__(self) -> None:
         self.best: Failure | None = None
 
-    def record(self, progress: int, reason: str) -> None:
+    def record(self, progress: int, code: str, text: str, subject: str = "") -> None:
         if self.best is None or progress > self.best.progress:
-            self.best = Failure(progress, reason)
+            self.best = Failure(progress, Refusal(code, text, subject))
 
 
 class Match:

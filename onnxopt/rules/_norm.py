@@ -24,6 +24,7 @@ from onnxopt.ir.node import STANDARD_DOMAINS, Node
 from onnxopt.ir.value import Value
 from onnxopt.legality.predicates import SHAPE_READERS
 from onnxopt.match.pattern import Match
+from onnxopt.refusal import Refusal
 from onnxopt.rules.base import Facts
 
 # A norm's reductions: their axes (an input, or an attribute before opset 18) and keepdims are
@@ -40,13 +41,15 @@ def sole_reader(node: Node) -> Node | None:
     return next(iter(readers.values())) if len(readers) == 1 else None
 
 
-def feature_shape(value: Value, hidden, what: str) -> str | None:
+def feature_shape(value: Value, hidden, what: str) -> Refusal | None:
     """``value`` is one number per feature: shape ``[hidden]`` (leading 1s allowed)."""
     shape = value.shape
     if shape is None:
-        return f"%{value.name}: the shape of the {what} is unknown"
+        return Refusal("weight_shape_unknown", f"%{value.name}: the shape of the {what} is "
+                       "unknown", f"%{value.name}")
     if not shape or not sd.same(shape[-1], hidden) or any(d != 1 for d in shape[:-1]):
-        return f"%{value.name}: the {what} has shape {list(shape)}, not [{hidden}]"
+        return Refusal("not_per_feature", f"%{value.name}: the {what} has shape "
+                       f"{list(shape)}, not [{hidden}]", f"%{value.name}")
     return None
 
 
@@ -58,7 +61,8 @@ def _feature_constant(node: Node, out: Value) -> bool:
 
 
 def ends_later(*continuations: str, weight=None):
-    """A ``check`` for a pattern's last node: fail when a ``continuations`` op extends the norm.
+    """A ``check`` for a pattern's last node: fail when a ``continuations`` op extends the norm
+    (a check's refusal is said of the node it checks: the matcher names it).
 
     ``"Cast"``: a float-to-float Cast (back to the input type); ``"Mul"``/``"Add"``: a weight or
     bias, one constant per feature — ``weight(reader, value)`` says what that is (default:
@@ -66,7 +70,7 @@ def ends_later(*continuations: str, weight=None):
     """
     is_weight = weight or _feature_constant
 
-    def check(node: Node) -> str | None:
+    def check(node: Node) -> Refusal | None:
         reader = sole_reader(node)
         if reader is None or reader.domain not in STANDARD_DOMAINS:
             return None
@@ -75,11 +79,13 @@ def ends_later(*continuations: str, weight=None):
             return None
         if op == "Cast":
             if dtype_name(reader.attr("to", 0)) in FLOAT_TYPES:
-                return "the norm continues with a Cast; it is fused there"
+                return Refusal("norm_continues",
+                               "the norm continues with a Cast; it is fused there")
             return None
         if is_weight(reader, node.outputs[0]):
             what = "weight" if op == "Mul" else "bias"
-            return f"the norm continues with its {what} ({reader.name}); it is fused there"
+            return Refusal("norm_continues", f"the norm continues with its {what} "
+                           f"({reader.name}); it is fused there")
         return None
     return check
 
@@ -87,14 +93,16 @@ def ends_later(*continuations: str, weight=None):
 def divides_a_value(check=None):
     """A ``check`` for ``Div(x, std)``: x is computed (``Div(1, std)`` is a reciprocal, and the
     norm goes on), then ``check`` if given."""
-    def run(node: Node) -> str | None:
+    def run(node: Node) -> Refusal | None:
         if node.inputs[0] is not None and node.inputs[0].const is not None:
-            return "divides a constant: a reciprocal, not the normalised value"
+            return Refusal("divides_a_constant",
+                           "divides a constant: a reciprocal, not the normalised value")
         return check(node) if check is not None else None
     return run
 
 
-def per_feature_weights(hidden, gamma: Value | None, beta: Value | None = None) -> str | None:
+def per_feature_weights(hidden, gamma: Value | None, beta: Value | None = None
+                        ) -> Refusal | None:
     """gamma and beta (when present) hold one number per feature."""
     for value, what in ((gamma, "scale (gamma)"), (beta, "bias (beta)")):
         if value is not None and (reason := feature_shape(value, hidden, what)):
@@ -102,13 +110,15 @@ def per_feature_weights(hidden, gamma: Value | None, beta: Value | None = None) 
     return None
 
 
-def hidden_size(x: Value) -> tuple[object, str | None]:
+def hidden_size(x: Value) -> tuple[object, Refusal | None]:
     """The normalised (last) dimension of ``x``, or a reason when it is not known."""
     if x.shape is None or not x.shape:
-        return None, f"%{x.name}: the shape of the normalised input is unknown"
+        return None, Refusal("input_shape_unknown", f"%{x.name}: the shape of the normalised "
+                             "input is unknown", f"%{x.name}")
     hidden = x.shape[-1]
     if not isinstance(hidden, int):
-        return None, f"%{x.name}: the normalised dimension is {hidden}, not a known size"
+        return None, Refusal("size_not_static", f"%{x.name}: the normalised dimension is "
+                             f"{hidden}, not a known size", f"%{x.name}")
     return hidden, None
 
 

@@ -24,6 +24,7 @@ from onnxopt.ir.dtypes import FLOAT_TYPES
 from onnxopt.legality.mask import MaskInfo, classify_mask
 from onnxopt.legality.predicates import last_axis, not_scalar_constant, reduction_order
 from onnxopt.match.pattern import Builder, Match
+from onnxopt.refusal import Refusal
 from onnxopt.rules.base import Facts, Rule
 
 
@@ -73,7 +74,7 @@ class Attention(Rule):
                                    name="nan_guard"), softmax)
         return p.MatMul(probs, _repeated(p, "v"), name="pv")
 
-    def legal(self, m: Match, target) -> str | AttentionFacts:
+    def legal(self, m: Match, target) -> Refusal | AttentionFacts:
         reason = last_axis(m.softmax, "softmax")
         if reason:
             return reason
@@ -83,24 +84,27 @@ class Attention(Rule):
             if reason := not_scalar_constant(m.softcap, "soft-cap multiplier"):
                 return reason
             if not 0 < _scalar(m.softcap) < float("inf"):
-                return (f"%{m.softcap.name}: the soft-cap multiplier is {_scalar(m.softcap):g}, "
-                        "not a positive cap")
+                return Refusal("softcap_not_positive", f"%{m.softcap.name}: the soft-cap "
+                               f"multiplier is {_scalar(m.softcap):g}, not a positive cap",
+                               f"%{m.softcap.name}")
         if m.qk.sem.get("transpose_a") or m.pv.sem.get("transpose_a") or m.pv.sem.get(
                 "transpose_b"):
-            return f"{m.qk.name}: Q or P is transposed inside the MatMul; not attention's form"
+            return Refusal("q_or_p_transposed", f"{m.qk.name}: Q or P is transposed inside the "
+                           "MatMul; not attention's form", m.qk.name)
         if not m.qk.sem.get("transpose_b"):
-            return f"{m.qk.name}: K is not transposed (Q·K with no Kᵀ): not a dot-product score"
+            return Refusal("k_not_transposed", f"{m.qk.name}: K is not transposed (Q·K with no "
+                           "Kᵀ): not a dot-product score", m.qk.name)
         for name in ("k", "v"):
             if (reason := self._repeat_legal(m, name)):
                 return reason
         if reason := (self._shapes_legal(m) or self._mask_legal(m)):
             return reason
         verdict = self._mask_kind(m)
-        if isinstance(verdict, str):
+        if isinstance(verdict, Refusal):
             return verdict
         return reduction_order(target, "attention (streaming softmax)") or verdict
 
-    def _mask_kind(self, m: Match) -> str | AttentionFacts:
+    def _mask_kind(self, m: Match) -> Refusal | AttentionFacts:
         """Prove what the mask contains (causal, key padding); refuse a fake causal mask."""
         if m.mask is None or m.bias is not None:
             return AttentionFacts(mask_info=MaskInfo())
@@ -110,10 +114,11 @@ class Attention(Rule):
             info = classify_mask(self.model, m.mask, scores[0], scores[-1], scores[-2])
             self._masks[id(m.mask)] = info
         if info.looks_causal and info.reason:
-            return f"%{m.mask.name}: {info.reason}"
+            return Refusal(info.reason.code, f"%{m.mask.name}: {info.reason.text}",
+                           f"%{m.mask.name}")
         return AttentionFacts(mask_info=info)
 
-    def _repeat_legal(self, m: Match, base: str) -> str | None:
+    def _repeat_legal(self, m: Match, base: str) -> Refusal | None:
         repeat = getattr(m, f"{base}_repeat")
         if repeat is None:
             return None
@@ -124,57 +129,73 @@ class Attention(Rule):
         out = repeat.output.shape
         expanded = getattr(m, f"{base}_expand").output.shape
         if axes_val not in ([2], [-3]):
-            return f"{axes.name}: {base.upper()} is unsqueezed on axis {axes_val}, not 2: not a head repeat"
+            return Refusal("repeat_not_on_heads", f"{axes.name}: {base.upper()} is unsqueezed "
+                           f"on axis {axes_val}, not 2: not a head repeat", axes.name)
         if (expanded is None or out is None or kv.shape is None or len(expanded) != 5
                 or len(out) != 4 or len(kv.shape) != 4):
-            return f"{repeat.name}: cannot prove the repeat of {base.upper()} is over heads"
+            return Refusal("repeat_unproven", f"{repeat.name}: cannot prove the repeat of "
+                           f"{base.upper()} is over heads", repeat.name)
         b, hkv, s, d = kv.shape
         if not (sd.same(expanded[0], b) and sd.same(expanded[1], hkv) and sd.same(expanded[3], s)
                 and sd.same(expanded[4], d)):
-            return f"{repeat.name}: {base.upper()} is expanded to {list(expanded)}, not [B, Hkv, n, S, D]"
+            return Refusal("repeat_expand_shape", f"{repeat.name}: {base.upper()} is expanded "
+                           f"to {list(expanded)}, not [B, Hkv, n, S, D]", repeat.name)
         if not (sd.same(out[1], sd.mul(hkv, expanded[2])) and sd.same(out[0], b)
                 and sd.same(out[2], s) and sd.same(out[3], d)):
-            return f"{repeat.name}: {base.upper()} reshaped to {list(out)}, not [B, Hkv*n, S, D]"
+            return Refusal("repeat_reshape_shape", f"{repeat.name}: {base.upper()} reshaped to "
+                           f"{list(out)}, not [B, Hkv*n, S, D]", repeat.name)
         return None
 
-    def _shapes_legal(self, m: Match) -> str | None:
+    def _shapes_legal(self, m: Match) -> Refusal | None:
         q, k, v = m.q, m.k, m.v
         if q.shape is None or k.shape is None or v.shape is None:
-            return f"%{q.name}: shapes of Q, K, V are not known"
+            return Refusal("qkv_shapes_unknown", f"%{q.name}: shapes of Q, K, V are not known",
+                           f"%{q.name}")
         if not (q.rank == k.rank == v.rank):
-            return f"%{q.name}: Q, K and V have ranks {q.rank}, {k.rank}, {v.rank}"
+            return Refusal("qkv_ranks_differ", f"%{q.name}: Q, K and V have ranks {q.rank}, "
+                           f"{k.rank}, {v.rank}", f"%{q.name}")
         if q.shape[-1] is not None and k.shape[-1] is not None and not sd.same(q.shape[-1], k.shape[-1]):
-            return f"%{k.name}: head size {k.shape[-1]} of K differs from Q's {q.shape[-1]}"
+            return Refusal("head_sizes_differ", f"%{k.name}: head size {k.shape[-1]} of K "
+                           f"differs from Q's {q.shape[-1]}", f"%{k.name}")
         if not sd.same(k.shape[-2], v.shape[-2]) and None not in (k.shape[-2], v.shape[-2]):
-            return f"%{v.name}: V has {v.shape[-2]} keys, K has {k.shape[-2]}"
+            return Refusal("key_counts_differ", f"%{v.name}: V has {v.shape[-2]} keys, K has "
+                           f"{k.shape[-2]}", f"%{v.name}")
         if q.rank == 4:
             h, hk, hv = q.shape[1], k.shape[1], v.shape[1]
             if not isinstance(h, int) or not isinstance(hk, int):
-                return f"%{q.name}: the number of heads is not static ({h}, {hk})"
+                return Refusal("heads_not_static", f"%{q.name}: the number of heads is not "
+                               f"static ({h}, {hk})", f"%{q.name}")
             if not sd.same(hk, hv):
-                return f"%{v.name}: V has {hv} heads, K has {hk}"
+                return Refusal("kv_heads_differ", f"%{v.name}: V has {hv} heads, K has {hk}",
+                               f"%{v.name}")
             if h % hk:
-                return f"%{k.name}: {h} query heads cannot share {hk} key/value heads"
+                return Refusal("heads_not_shared_evenly", f"%{k.name}: {h} query heads cannot "
+                               f"share {hk} key/value heads", f"%{k.name}")
             if hk != h and m.k_repeat is None and not sd.same(q.shape[0], k.shape[0]):
-                return f"%{k.name}: K has {hk} heads, Q {h}, with no recognised head repeat"
+                return Refusal("heads_without_repeat", f"%{k.name}: K has {hk} heads, Q {h}, "
+                               "with no recognised head repeat", f"%{k.name}")
         return None
 
-    def _mask_legal(self, m: Match) -> str | None:
+    def _mask_legal(self, m: Match) -> Refusal | None:
         scores = m.qk.output.shape
         for name in ("mask", "bias"):
             mask = getattr(m, name)
             if mask is None:
                 continue
+            at = f"%{mask.name}"
             if mask.dtype not in FLOAT_TYPES:
-                return f"%{mask.name}: the attention mask is {mask.dtype}, not an additive float mask"
+                return Refusal("mask_not_float", f"{at}: the attention mask is {mask.dtype}, "
+                               "not an additive float mask", at)
             if mask.shape is None or scores is None:
-                return f"%{mask.name}: the mask's shape is unknown"
+                return Refusal("mask_shape_unknown", f"{at}: the mask's shape is unknown", at)
             if len(mask.shape) > len(scores):
-                return f"%{mask.name}: the mask has rank {len(mask.shape)} > the scores' {len(scores)}"
+                return Refusal("mask_rank_too_high", f"{at}: the mask has rank "
+                               f"{len(mask.shape)} > the scores' {len(scores)}", at)
             full = sd.broadcast_shapes(mask.shape, scores)
             if full is None or any(not sd.same(a, b) and None not in (a, b)
                                    for a, b in zip(full, scores)):
-                return f"%{mask.name}: a mask of shape {list(mask.shape)} would enlarge scores {list(scores)}"
+                return Refusal("mask_enlarges_scores", f"{at}: a mask of shape "
+                               f"{list(mask.shape)} would enlarge scores {list(scores)}", at)
         return None
 
     def rewrite(self, b: NodeBuilder, m: Match, facts: AttentionFacts):

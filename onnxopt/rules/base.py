@@ -3,9 +3,10 @@
 A rule reads top to bottom: the rewrite in arrow form (its docstring's first
 line), ``pattern``, ``legal``, ``rewrite``. The driver checks the shared
 predicate — no intermediate of the match may be read outside it — before calling
-``legal``, which answers with a sentence (the refusal ``explain`` shows), or
-``None``, or the :class:`Facts` it proved; ``rewrite`` receives those facts. A
-match is never written to: what ``legal`` learns reaches ``rewrite`` only as facts.
+``legal``, which answers with a :class:`~onnxopt.refusal.Refusal` (a stable code
+reports group by, and the sentence ``explain`` shows), or ``None``, or the
+:class:`Facts` it proved; ``rewrite`` receives those facts. A match is never
+written to: what ``legal`` learns reaches ``rewrite`` only as facts.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from onnxopt.ir.node import Node
 from onnxopt.ir.value import Value
 from onnxopt.legality.target import Target
 from onnxopt.match.pattern import Builder, Match, Pat
+from onnxopt.refusal import Refusal
 
 
 @dataclass(frozen=True)
@@ -51,9 +53,9 @@ class Rule:
     def pattern(self, p: Builder) -> Pat:  # pragma: no cover - abstract
         raise NotImplementedError
 
-    def legal(self, m: Match, target: Target) -> str | Facts | None:
-        """A sentence saying why the match cannot be rewritten here, else ``None`` or the facts
-        ``rewrite`` needs."""
+    def legal(self, m: Match, target: Target) -> Refusal | Facts | None:
+        """Why the match cannot be rewritten here (a :class:`Refusal`), else ``None`` or the
+        facts ``rewrite`` needs."""
         return None
 
     def rewrite(self, b: NodeBuilder, m: Match, facts: Facts | None

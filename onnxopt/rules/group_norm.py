@@ -29,6 +29,7 @@ from onnxopt.ir.dtypes import FLOAT_TYPES, numpy_dtype
 from onnxopt.ir.node import Node
 from onnxopt.ir.value import Value
 from onnxopt.match.pattern import Builder, Match
+from onnxopt.refusal import Refusal
 from onnxopt.rules._norm import ends_later
 from onnxopt.rules.base import Facts, Rule
 
@@ -47,19 +48,28 @@ class GroupNormFacts(Facts):
 MAX_CHANNELS = 1 << 20
 
 
-def _channels(x: Value) -> tuple[int | None, str | None]:
+def _channels(x: Value) -> tuple[int | None, Refusal | None]:
     """X's channel count (axis 1), or a reason it is not known."""
+    at = f"%{x.name}"
     if x.shape is None:
-        return None, f"%{x.name}: the shape of the normalised input is unknown"
+        return None, Refusal("input_shape_unknown",
+                             f"{at}: the shape of the normalised input is unknown", at)
     if len(x.shape) < 2:
-        return None, f"%{x.name}: rank {len(x.shape)}, GroupNorm needs [N, C, ...]"
+        return None, Refusal("rank_too_low",
+                             f"{at}: rank {len(x.shape)}, GroupNorm needs [N, C, ...]", at)
     c = x.shape[1]
     if not isinstance(c, int) or c <= 0:
-        return None, f"%{x.name}: the channel dimension is {c}, not a known size"
+        return None, Refusal("size_not_static",
+                             f"{at}: the channel dimension is {c}, not a known size", at)
     if c > MAX_CHANNELS:
-        return None, (f"%{x.name}: {c} channels, more than the {MAX_CHANNELS} whose weights "
-                      "onnxopt folds")
+        return None, Refusal("too_many_channels", f"{at}: {c} channels, more than the "
+                             f"{MAX_CHANNELS} whose weights onnxopt folds", at)
     return c, None
+
+
+def _at(node: Node, reason: Refusal) -> Refusal:
+    """``reason``, said of ``node``."""
+    return Refusal(reason.code, f"{node.name}: {reason.text}", node.name)
 
 
 def channel_vector(value: Value, x: Value, channels: int) -> np.ndarray | None:
@@ -89,34 +99,40 @@ def _after_instance_norm(check=None):
     """A ``check`` for the Reshape back: it reads an InstanceNormalization (else this is one
     of the many Reshape → Mul → Add chains of a model, not worth a partial-match report),
     then ``check`` if given."""
-    def run(node: Node) -> str | None:
+    def run(node: Node) -> Refusal | None:
         src = node.inputs[0].producer if node.inputs and node.inputs[0] is not None else None
         if src is None or src.op_type != "InstanceNormalization":
-            return "does not reshape an InstanceNormalization back"
+            return Refusal("not_after_instance_norm",
+                           "does not reshape an InstanceNormalization back")
         return check(node) if check is not None else None
     return run
 
 
-def _split_reason(target: np.ndarray, x: Value, groups: int, allowzero: int) -> str | None:
+def _split_reason(target: np.ndarray, x: Value, groups: int, allowzero: int
+                  ) -> Refusal | None:
     """The Reshape before the instance norm splits x into [N, groups, ...]: instance norm then
     normalises each (n, group) over everything after the group axis, whatever its layout
     (``[0, G, -1]`` from PyTorch, ``[N, G, C/G, H, W]`` from others)."""
     shown = [int(v) for v in target.reshape(-1)]
     if len(shown) < 3 or shown[1] != groups:
-        return f"the split Reshape's target is {shown}, not [N, {groups}, ...]"
+        return Refusal("split_not_groups",
+                       f"the split Reshape's target is {shown}, not [N, {groups}, ...]")
     n = shown[0]
     if n == 0 and allowzero:
-        return f"the split Reshape has allowzero=1 and a 0 in its target {shown}"
+        return Refusal("split_allowzero",
+                       f"the split Reshape has allowzero=1 and a 0 in its target {shown}")
     if n == 0 or (n > 0 and sd.same(n, x.shape[0])):
         return None
     count = sd.product(x.shape[1:])
     if n == -1 and all(v > 0 for v in shown[1:]) and isinstance(count, int) and count == int(
             np.prod(shown[1:], dtype=np.int64)):
         return None  # the element count fixes the -1 at N
-    return f"the split Reshape's target {shown} is not proven to keep the batch of {_shape(x.shape)}"
+    return Refusal("split_batch_unproven", f"the split Reshape's target {shown} is not proven "
+                   f"to keep the batch of {_shape(x.shape)}")
 
 
-def _merged_view(merge: Node, x: Value, channels: int) -> tuple[Value | None, str | None]:
+def _merged_view(merge: Node, x: Value, channels: int
+                 ) -> tuple[Value | None, Refusal | None]:
     """What the Reshape after the instance norm restores: x's own shape (None, None), another
     ``[N, C, ...]`` view of x (its target, None) — a later view folded into it — or a reason.
 
@@ -138,7 +154,8 @@ def _merged_view(merge: Node, x: Value, channels: int) -> tuple[Value | None, st
             or (t[0] == -1 and all(v > 0 for v in t[1:])
                 and sd.product(x.shape[2:]) == int(np.prod(t[2:], dtype=np.int64))))
         if not batch_kept or t[1] != channels:
-            return None, f"its target {t} does not keep the batch and the {channels} channels"
+            return None, Refusal("merge_changes_view", f"its target {t} does not keep the "
+                                 f"batch and the {channels} channels")
         if len(t) == len(x.shape) and _same_spatial(t[2:], list(x.shape[2:])):
             return None, None
         return target, None
@@ -147,8 +164,9 @@ def _merged_view(merge: Node, x: Value, channels: int) -> tuple[Value | None, st
         same = len(out.shape) == len(x.shape) and all(
             sd.same(a, b) for a, b in zip(out.shape, x.shape))
         return (None if same else target), None
-    return None, (f"the Reshape after the norm gives {_shape(out.shape)}, which is not proven "
-                  f"to keep the batch and channels of {_shape(x.shape)}")
+    return None, Refusal("merge_unproven", f"the Reshape after the norm gives "
+                         f"{_shape(out.shape)}, which is not proven to keep the batch and "
+                         f"channels of {_shape(x.shape)}")
 
 
 def _same_spatial(target: list[int], spatial: list) -> bool:
@@ -194,7 +212,7 @@ class GroupNorm(Rule):
             merged(ends_later("Mul", "Add", weight=_channel_constant)),
         )
 
-    def legal(self, m: Match, target) -> str | GroupNormFacts:
+    def legal(self, m: Match, target) -> Refusal | GroupNormFacts:
         x = m.x
         channels, reason = _channels(x)
         if reason:
@@ -202,25 +220,27 @@ class GroupNorm(Rule):
         scale, bias = m.in_scale.const.numpy(), m.in_bias.const.numpy()
         groups = scale.size
         if scale.ndim != 1 or bias.shape != scale.shape:
-            return (f"{m.inorm.name}: scale {list(scale.shape)} and bias {list(bias.shape)} "
-                    "are not one number per group")
+            return Refusal("not_per_group", f"{m.inorm.name}: scale {list(scale.shape)} and "
+                           f"bias {list(bias.shape)} are not one number per group", m.inorm.name)
         if channels % groups:
-            return f"%{x.name}: {channels} channels do not split into {groups} groups"
+            return Refusal("groups_do_not_divide", f"%{x.name}: {channels} channels do not "
+                           f"split into {groups} groups", f"%{x.name}")
         if reason := _split_reason(m.split_shape.const.numpy(), x, groups,
                                    m.split.attr("allowzero", 0)):
-            return f"{m.split.name}: {reason}"
+            return _at(m.split, reason)
         out = m.merge.outputs[0]
         view, reason = _merged_view(m.merge, x, channels)
         if reason:
-            return f"{m.merge.name}: {reason}"
+            return _at(m.merge, reason)
         gamma = beta = None
         for value, what in ((m.gamma, "weight"), (m.beta, "bias")):
             if value is None:
                 continue
             vector = channel_vector(value, out, channels)
             if vector is None:
-                return (f"%{value.name}: the {what} has shape {list(value.const.shape)}, not one "
-                        f"number per channel of {_shape(x.shape)}")
+                return Refusal("not_per_channel", f"%{value.name}: the {what} has shape "
+                               f"{list(value.const.shape)}, not one number per channel of "
+                               f"{_shape(x.shape)}", f"%{value.name}")
             gamma, beta = (vector, beta) if what == "weight" else (gamma, vector)
         gamma, beta = _fold_instance_affine(scale.astype(np.float64), bias.astype(np.float64),
                                             gamma, beta, channels)
@@ -250,14 +270,15 @@ class GroupNormOp(Rule):
                                     p.const("bias"), name="gn",
                                     reads=("num_groups", "epsilon", "stash_type"))
 
-    def legal(self, m: Match, target) -> str | GroupNormFacts:
+    def legal(self, m: Match, target) -> Refusal | GroupNormFacts:
         x = m.x
         channels, reason = _channels(x)
         if reason:
             return reason
         groups = int(m.gn.attr("num_groups", 0))
         if groups <= 0 or channels % groups:
-            return f"{m.gn.name}: {channels} channels do not split into {groups} groups"
+            return Refusal("groups_do_not_divide", f"{m.gn.name}: {channels} channels do not "
+                           f"split into {groups} groups", m.gn.name)
         vectors = []
         for value, what in ((m.scale, "scale"), (m.bias, "bias")):
             arr = value.const.numpy().astype(np.float64).reshape(-1)
@@ -265,8 +286,9 @@ class GroupNormOp(Rule):
             if arr.size == groups:
                 arr = arr.repeat(channels // groups)
             elif arr.size != channels:
-                return (f"%{value.name}: the {what} holds {arr.size} numbers, neither one per "
-                        f"group ({groups}) nor one per channel ({channels})")
+                return Refusal("not_per_group_or_channel", f"%{value.name}: the {what} holds "
+                               f"{arr.size} numbers, neither one per group ({groups}) nor one "
+                               f"per channel ({channels})", f"%{value.name}")
             vectors.append(arr)
         gamma, beta = vectors
         return GroupNormFacts(groups=groups, epsilon=float(m.gn.attr("epsilon", 1e-5)),
@@ -301,14 +323,15 @@ class GroupNormSilu(Rule):
         return f"SiLU after the GroupNorm of %{m.x.name}"
 
 
-def _no_activation(node: Node) -> str | None:
+def _no_activation(node: Node) -> Refusal | None:
     act = node.attr("activation", "")
-    return f"already ends with {act}" if act else None
+    return Refusal("already_activated", f"already ends with {act}") if act else None
 
 
-def _plain_silu(node: Node) -> str | None:
+def _plain_silu(node: Node) -> Refusal | None:
     alpha = node.attr("alpha", 1.0)
-    return None if alpha == 1.0 else f"sigmoid scale alpha={alpha:g}: not SiLU"
+    return None if alpha == 1.0 else Refusal("not_plain_silu",
+                                             f"sigmoid scale alpha={alpha:g}: not SiLU")
 
 
 def emit_group_norm(b: NodeBuilder, x: Value, facts: GroupNormFacts) -> Value:

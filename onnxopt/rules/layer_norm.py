@@ -19,6 +19,7 @@ from onnxopt.ir.builder import NodeBuilder
 from onnxopt.ir.dtypes import FLOAT_TYPES
 from onnxopt.legality.predicates import last_axis, not_scalar_constant
 from onnxopt.match.pattern import Builder, Match
+from onnxopt.refusal import Refusal
 from onnxopt.rules._norm import (
     REDUCE_READS,
     NormFacts,
@@ -72,16 +73,18 @@ class LayerNorm(Rule):
             normed(ends_later("Cast", "Mul", "Add")),
         )
 
-    def legal(self, m: Match, target) -> str | None:
+    def legal(self, m: Match, target) -> Refusal | NormFacts:
         mean_axes, var_axes = m.mean.sem.get("axes"), m.var.sem.get("axes")
         if mean_axes != var_axes:
-            return (f"{m.var.name}: the mean is over axis {_axes(mean_axes)}, the variance over "
-                    f"axis {_axes(var_axes)}")
+            return Refusal("axes_differ", f"{m.var.name}: the mean is over axis "
+                           f"{_axes(mean_axes)}, the variance over axis {_axes(var_axes)}",
+                           m.var.name)
         if reason := last_axis(m.mean, "mean"):
             return reason
         for node in (m.mean, m.var):
             if not node.sem.get("keepdims", True):
-                return f"{node.name}: the reduced axis is dropped (keepdims=0), not a LayerNorm"
+                return Refusal("keepdims_dropped", f"{node.name}: the reduced axis is dropped "
+                               "(keepdims=0), not a LayerNorm", node.name)
         if reason := not_scalar_constant(m.eps, "epsilon"):
             return reason
         hidden, reason = hidden_size(m.x)
@@ -110,18 +113,19 @@ class LayerNormOp(Rule):
                                     p.maybe(p.var("beta")), name="ln",
                                     reads=("axis", "epsilon", "stash_type"))
 
-    def legal(self, m: Match, target) -> str | None:
+    def legal(self, m: Match, target) -> Refusal | NormFacts:
         ln, x = m.ln, m.x
         rank = x.rank
         axis = ln.attr("axis", -1)
         if rank is None:
-            return f"%{x.name}: the rank of the normalised input is unknown"
+            return Refusal("rank_unknown", f"%{x.name}: the rank of the normalised input is "
+                           "unknown", f"%{x.name}")
         if (axis + rank if axis < 0 else axis) != rank - 1:
-            return (f"{ln.name}: normalizes over axes {axis}..{rank - 1}, not the last axis "
-                    f"({rank - 1}) alone")
+            return Refusal("not_last_axis", f"{ln.name}: normalizes over axes "
+                           f"{axis}..{rank - 1}, not the last axis ({rank - 1}) alone", ln.name)
         if any(o.num_uses or o.is_graph_output for o in ln.outputs[1:]):
-            return (f"{ln.name}: its Mean/InvStdDev outputs are read, which the fused op does "
-                    "not give")
+            return Refusal("statistics_read", f"{ln.name}: its Mean/InvStdDev outputs are "
+                           "read, which the fused op does not give", ln.name)
         hidden, reason = hidden_size(x)
         if reason or (reason := per_feature_weights(hidden, m.gamma, m.beta)):
             return reason

@@ -22,6 +22,7 @@ from onnxopt.ir.dtypes import FLOAT_TYPES
 from onnxopt.ir.node import Node
 from onnxopt.legality.predicates import last_axis, not_scalar_constant
 from onnxopt.match.pattern import Builder, Match
+from onnxopt.refusal import Refusal
 from onnxopt.rules._norm import (
     REDUCE_READS,
     NormFacts,
@@ -66,11 +67,12 @@ class RMSNorm(Rule):
             normed(ends_later("Cast", "Mul")),
         )
 
-    def legal(self, m: Match, target) -> str | None:
+    def legal(self, m: Match, target) -> Refusal | NormFacts:
         if reason := last_axis(m.mean, "mean of squares"):
             return reason
         if not m.mean.sem.get("keepdims", True):
-            return f"{m.mean.name}: the reduced axis is dropped (keepdims=0), not an RMSNorm"
+            return Refusal("keepdims_dropped", f"{m.mean.name}: the reduced axis is dropped "
+                           "(keepdims=0), not an RMSNorm", m.mean.name)
         if reason := not_scalar_constant(m.eps, "epsilon"):
             return reason
         hidden, reason = hidden_size(m.x)
@@ -90,7 +92,7 @@ class RMSNorm(Rule):
         return f"epsilon {eps:g}{cast}{residual_text(facts)}"
 
 
-def _not_centered(mean: Node) -> str | None:
+def _not_centered(mean: Node) -> Refusal | None:
     """The squares are of ``x - mean(x)``: that is a LayerNorm's variance, not an RMSNorm."""
     square = mean.inputs[0].producer
     if square is None or not square.inputs or square.inputs[0] is None:
@@ -102,5 +104,6 @@ def _not_centered(mean: Node) -> str | None:
     mean_of = node.input(1).producer if node is not None and node.input(1) is not None else None
     if (node is not None and node.op_type == "Sub" and mean_of is not None
             and mean_of.op_type == "ReduceMean" and mean_of.input(0) is node.input(0)):
-        return f"averages the squares of %{squared.name} = x - mean(x): a LayerNorm, not an RMSNorm"
+        return Refusal("centered_squares", f"averages the squares of %{squared.name} = "
+                       "x - mean(x): a LayerNorm, not an RMSNorm")
     return None

@@ -16,6 +16,7 @@ from onnxopt.ir.builder import NodeBuilder
 from onnxopt.ir.dtypes import FLOAT_TYPES
 from onnxopt.ir.node import Node
 from onnxopt.match.pattern import Builder, Match
+from onnxopt.refusal import Refusal
 from onnxopt.rules.base import Rule
 
 INT64_MAX = 2**63 - 1
@@ -36,38 +37,45 @@ class Rotary(Rule):
         # The rotated term first: it pins x, so the commuted Mul(x, cos) cannot bind x to cos.
         return p.Add(p.Mul(rotated, p.var("sin")), p.Mul(x, p.var("cos")))
 
-    def legal(self, m: Match, target) -> str | None:
+    def legal(self, m: Match, target) -> Refusal | None:
         x = m.x
         if not x.shape or not isinstance(x.shape[-1], int):
-            return f"%{x.name}: the head size is not known"
+            return Refusal("head_size_unknown", f"%{x.name}: the head size is not known",
+                           f"%{x.name}")
         d, rank = x.shape[-1], len(x.shape)
         if d % 2:
-            return f"%{x.name}: the head size {d} is odd, so it has no halves to rotate"
+            return Refusal("head_size_odd", f"%{x.name}: the head size {d} is odd, so it has "
+                           "no halves to rotate", f"%{x.name}")
         axis = m.concat.attr("axis")
         if axis not in (-1, rank - 1):
-            return f"{m.concat.name}: concatenates on axis {axis}, not the last axis"
+            return Refusal("not_last_axis", f"{m.concat.name}: concatenates on axis {axis}, "
+                           "not the last axis", m.concat.name)
         for node, want in ((m.first_half, (0, d // 2)), (m.second_half, (d // 2, d))):
             if reason := _half(node, want, d, rank):
                 return reason
         return self._tables_legal(m)
 
-    def _tables_legal(self, m: Match) -> str | None:
+    def _tables_legal(self, m: Match) -> Refusal | None:
         x, cos, sin = m.x, m.cos, m.sin
         for t in (cos, sin):
+            at = f"%{t.name}"
             if t.dtype != x.dtype:
-                return f"%{t.name}: the rotary table is {t.dtype}, x is {x.dtype}"
+                return Refusal("table_dtype", f"{at}: the rotary table is {t.dtype}, x is "
+                               f"{x.dtype}", at)
             if t.shape is None:
-                return f"%{t.name}: the shape of the rotary table is unknown"
+                return Refusal("table_shape_unknown",
+                               f"{at}: the shape of the rotary table is unknown", at)
             full = sd.broadcast_shapes(t.shape, x.shape)
             if len(t.shape) > len(x.shape) or full is None or not all(
                     sd.same(a, b) for a, b in zip(full, x.shape)):
-                return (f"%{t.name}: a rotary table of shape {list(t.shape)} does not broadcast "
-                        f"to x {list(x.shape)}")
+                return Refusal("table_not_broadcast", f"{at}: a rotary table of shape "
+                               f"{list(t.shape)} does not broadcast to x {list(x.shape)}", at)
             if t.shape[-1] != x.shape[-1]:
-                return (f"%{t.name}: the rotary table has {t.shape[-1]} features, "
-                        f"x has {x.shape[-1]}")
+                return Refusal("table_features", f"{at}: the rotary table has {t.shape[-1]} "
+                               f"features, x has {x.shape[-1]}", at)
         if cos.shape != sin.shape:
-            return f"%{sin.name}: sin has shape {list(sin.shape)}, cos {list(cos.shape)}"
+            return Refusal("table_shapes_differ", f"%{sin.name}: sin has shape "
+                           f"{list(sin.shape)}, cos {list(cos.shape)}", f"%{sin.name}")
         return None
 
     def rewrite(self, b: NodeBuilder, m: Match, facts):
@@ -84,19 +92,21 @@ def _ints(node: Node, index: int) -> list[int] | None:
     return [int(a) for a in np.asarray(v.const.numpy()).reshape(-1)]
 
 
-def _half(node: Node, want: tuple[int, int], d: int, rank: int) -> str | None:
+def _half(node: Node, want: tuple[int, int], d: int, rank: int) -> Refusal | None:
     """``node`` slices exactly ``[want[0]:want[1]]`` of the last axis, with step 1."""
     starts, ends = _ints(node, 1), _ints(node, 2)
     axes = _ints(node, 3) if node.input(3) is not None else list(range(len(starts or [])))
     steps = _ints(node, 4) if node.input(4) is not None else [1] * len(starts or [])
     if None in (starts, ends, axes, steps) or not (len(starts) == len(ends) == len(axes) == 1):
-        return f"{node.name}: the slice bounds are not constants over one axis"
+        return Refusal("slice_bounds_unknown", f"{node.name}: the slice bounds are not "
+                       "constants over one axis", node.name)
     axis = axes[0] + rank if axes[0] < 0 else axes[0]
     start = starts[0] + d if starts[0] < 0 else starts[0]
     end = min(ends[0] + d if ends[0] < 0 else ends[0], d)
     if axis != rank - 1 or steps != [1] or (start, end) != want:
         where = f"axis {axes[0]}" if axis != rank - 1 else "the last axis"
         step = f" with step {steps[0]}" if steps != [1] else ""
-        return (f"{node.name}: takes [{start}:{end}]{step} of {where}, not the half "
-                f"[{want[0]}:{want[1]}] of the last axis")
+        return Refusal("slice_not_half", f"{node.name}: takes [{start}:{end}]{step} of "
+                       f"{where}, not the half [{want[0]}:{want[1]}] of the last axis",
+                       node.name)
     return None

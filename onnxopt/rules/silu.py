@@ -12,6 +12,7 @@ from onnxopt.ir.builder import NodeBuilder
 from onnxopt.ir.dtypes import FLOAT_TYPES
 from onnxopt.legality.predicates import not_scalar_constant
 from onnxopt.match.pattern import Builder, Match
+from onnxopt.refusal import Refusal
 from onnxopt.rules.base import Rule
 
 
@@ -26,7 +27,7 @@ class Silu(Rule):
         inner = p.optional(p.Mul(x, p.const("alpha"), name="scaled"), x)
         return p.Mul(x, p.Sigmoid(inner))
 
-    def legal(self, m: Match, target) -> str | None:
+    def legal(self, m: Match, target) -> Refusal | None:
         if m.alpha is not None:
             return not_scalar_constant(m.alpha, "sigmoid's scale α")
         return None

@@ -11,6 +11,7 @@ from onnxopt.ir import symdim as sd
 from onnxopt.ir.builder import FUSED_DOMAIN, NodeBuilder
 from onnxopt.ir.dtypes import FLOAT_TYPES
 from onnxopt.match.pattern import Builder, Match
+from onnxopt.refusal import Refusal
 from onnxopt.rules.base import Rule
 
 
@@ -24,20 +25,23 @@ class SwiGLU(Rule):
         gate = p.var("gate", dtype=FLOAT_TYPES)
         silu = p.any(p.op("SiluFused", gate, domain=FUSED_DOMAIN, name="silu",
                           check=lambda n: None if n.attr("alpha", 1.0) == 1.0
-                          else f"sigmoid scale alpha={n.attr('alpha'):g}: not SiLU"),
+                          else Refusal("not_plain_silu",
+                                       f"sigmoid scale alpha={n.attr('alpha'):g}: not SiLU")),
                      p.Mul(gate, p.Sigmoid(gate), name="silu"))
         return p.Mul(silu, p.var("up", dtype=FLOAT_TYPES))
 
-    def legal(self, m: Match, target) -> str | None:
+    def legal(self, m: Match, target) -> Refusal | None:
         gate, up = m.gate, m.up
+        at = f"%{up.name}"
         if up.const is not None:
-            return f"%{up.name}: the up projection is a constant, so this is SiLU times a weight"
+            return Refusal("up_is_constant", f"{at}: the up projection is a constant, so this "
+                           "is SiLU times a weight", at)
         if gate.dtype != up.dtype:
-            return f"%{up.name}: up is {up.dtype}, gate {gate.dtype}"
+            return Refusal("dtypes_differ", f"{at}: up is {up.dtype}, gate {gate.dtype}", at)
         if (gate.shape is None or up.shape is None or len(gate.shape) != len(up.shape)
                 or not all(sd.same(a, b) for a, b in zip(gate.shape, up.shape))):
-            return (f"%{up.name}: up has shape {_shape(up.shape)}, gate {_shape(gate.shape)}; "
-                    "SwiGLU needs equal shapes")
+            return Refusal("shapes_differ", f"{at}: up has shape {_shape(up.shape)}, gate "
+                           f"{_shape(gate.shape)}; SwiGLU needs equal shapes", at)
         return None
 
     def rewrite(self, b: NodeBuilder, m: Match, facts):

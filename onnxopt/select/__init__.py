@@ -83,6 +83,7 @@ def run(model: Model, options: OptimizeOptions, *,
         if selection is None:
             costs = cost_model.estimates(legal, node, target, binding)
             selection = select_kernel(node, target, registry, costs, model_opset=model.opset)
+        selection.rule = node.created_by
         report.selections.append(selection)
         bind(model, node, selection.chosen, target)
     if tuner is not None:

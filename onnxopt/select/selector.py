@@ -27,6 +27,7 @@ class Selection:
     unit: str = "x"
     basis: str = "cost model"
     signature: str = ""
+    rule: str = ""  # the fusion rule that made the node (``explain --rule`` keeps its own)
 
     def to_json(self) -> dict:
         return {"node": self.node, "op": self.op, "chosen": self.chosen.name,

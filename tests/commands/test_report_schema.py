@@ -68,6 +68,10 @@ def test_explain_verify_and_kernels_documents(models_dir, tmp_path, cli, report_
     assert code == 0, err
     explained = json.loads((tmp_path / "e.json").read_text())
     assert explained["command"] == "explain" and explained["fusion"]["regions"]
+    for region in explained["fusion"]["regions"]:  # a code says why, wherever it did not fuse
+        assert (region["code"] is None) == (region["status"] == "fused"), region
+    for entry in explained["fusion"]["summary"].values():
+        assert sum(entry["codes"].values()) == entry["refused"] + entry["partial"]
     code, _, err = cli("verify", src, src, "--json", tmp_path / "v.json")
     assert code == 0, err
     verified = json.loads((tmp_path / "v.json").read_text())

@@ -40,11 +40,13 @@ def test_a_crashing_probe_is_a_reason_and_the_run_goes_on(tmp_path):
         from onnxopt.cli import main
         code = main(["optimize", {str(ROOT / "models" / "gpt2.dynamo.onnx")!r}, "-o",
                      {str(tmp_path / "out.onnx")!r}, "--target", "cpu", "-q"])
-        print(code, not ort_helper._helper.alive, sorted(set(reasons)))
+        print(code, not ort_helper._helper.alive, sorted({{str(r) for r in reasons}}),
+              sorted({{getattr(r, "code", None) for r in reasons}}))
     """)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=False, cwd=ROOT, timeout=300)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == (
-        "0 True ['ONNX Runtime the native code crashed (signal SIGSEGV)']"), out.stdout
+        "0 True ['ONNX Runtime the native code crashed (signal SIGSEGV)'] "
+        "['mask_probe_crashed']"), out.stdout
     assert (tmp_path / "out.onnx").exists()

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from onnxopt.errors import UsageError
+from onnxopt.fuse import MatchStatus
 from onnxopt.importer import import_model
+from onnxopt.match.pattern import Builder, Match, Pat
 from onnxopt.options import OptimizeOptions
-from onnxopt.pipeline import run_pipeline
+from onnxopt.pipeline import explain_model, run_pipeline
+from onnxopt.rules.base import Rule
 
 SILU_TWICE = """
 g (float[B, 8] x) => (float[B, 8] y) {
@@ -52,3 +57,77 @@ def test_explain_cli_lists_regions_and_kernels(models_dir, cli):
     assert "fused  attention" in out and "kernel " in out
     code, out, _ = cli("explain", models_dir / "bert.dynamo.onnx", "--rule", "gelu")
     assert code == 0 and "attention" not in out.split("fusion")[0]
+
+
+# Two SiLUs, each of whose Sigmoid is read outside the match: refused twice for one reason,
+# said of two different values.
+SILU_READ_OUTSIDE = """
+g (float[B, 8] x, float[B, 8] z) => (float[B, 8] y1, float[B, 8] o1, float[B, 8] y2,
+                                     float[B, 8] o2) {
+    s1 = Sigmoid (x)
+    y1 = Mul (x, s1)
+    o1 = Neg (s1)
+    s2 = Sigmoid (z)
+    y2 = Mul (z, s2)
+    o2 = Neg (s2)
+}
+"""
+
+
+def test_refusals_are_grouped_by_code_not_by_sentence(make_model):
+    result = run_pipeline(make_model(SILU_READ_OUTSIDE), OptimizeOptions(target="cpu"))
+    report = result.report.stages["fuse"]
+    silu = [r for r in report.regions if r.rule == "silu"]
+    assert [(r.status, r.code) for r in silu] == [(MatchStatus.REFUSED, "used_outside_match")] * 2
+    assert [r.detail.split(" is also used by ")[0] for r in silu] == ["%s1", "%s2"]
+    summary = report.summary()["silu"]
+    assert summary["codes"] == {"used_outside_match": 2}
+    assert len(summary["reasons"]) == 2  # the sentences name the values: they do not group
+    assert [r.to_json()["code"] for r in silu] == ["used_outside_match"] * 2
+
+
+def test_the_report_prints_one_line_per_code(make_model, write_model, tmp_path, cli):
+    src = write_model(make_model(SILU_READ_OUTSIDE))
+    code, out, _ = cli("optimize", src, "-o", tmp_path / "o.onnx", "--target", "cpu")
+    assert code == 0
+    lines = [line for line in out.splitlines() if line.startswith("  silu: ")]
+    assert len(lines) == 1, out
+    assert lines[0].startswith("  silu: %s1 is also used by ")
+    assert lines[0].endswith("outside the match  (and 1 more used_outside_match)")
+
+
+def test_explain_keeps_the_kernels_of_the_rule_it_was_asked_for(make_model):
+    result = run_pipeline(make_model(SILU_TWICE), OptimizeOptions(target="cpu"))
+    chosen = explain_model(result, "silu").selection.selections
+    assert len(chosen) == 2 and {s.rule for s in chosen} == {"silu"}
+    assert explain_model(result, "gelu").selection.selections == []
+
+
+class SaysNoInWords(Rule):
+    """A rule that refuses with a bare sentence, as rules once did: no longer a refusal."""
+
+    name = "says_no"
+    root = "Relu"
+
+    def pattern(self, p: Builder) -> Pat:
+        return p.Relu(p.var("x"))
+
+    def legal(self, m: Match, target):
+        return "no"
+
+
+def test_a_rule_that_refuses_with_a_bare_sentence_is_named(make_model):
+    proto = make_model("g (float[2] x) => (float[2] y) {\n y = Relu (x)\n}")
+    options = OptimizeOptions(target="cpu", debug=True, extra_rules=(SaysNoInWords(),))
+    with pytest.raises(TypeError, match="rule says_no: legal.. returned str"):
+        run_pipeline(proto, options)
+
+
+def test_explain_json_carries_the_code_of_each_region(make_model, write_model, tmp_path, cli):
+    src = write_model(make_model(SILU_READ_OUTSIDE))
+    code, _, err = cli("explain", src, "--target", "cpu", "--json", tmp_path / "e.json")
+    assert code == 0, err
+    fusion = json.loads((tmp_path / "e.json").read_text())["fusion"]
+    silu = [r for r in fusion["regions"] if r["rule"] == "silu"]
+    assert [(r["status"], r["code"]) for r in silu] == [("refused", "used_outside_match")] * 2
+    assert fusion["summary"]["silu"]["codes"] == {"used_outside_match": 2}

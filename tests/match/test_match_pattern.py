@@ -32,14 +32,16 @@ def test_a_different_value_in_the_second_place_does_not_match(make_model):
     x = p.var("x")
     trace = Trace()
     assert match_pattern(p.Mul(x, p.Sigmoid(x)), _root(model), trace) is None
-    assert "should be the same value as" in trace.best.reason
+    assert "should be the same value as" in str(trace.best.reason)
+    assert trace.best.reason.code == "not_the_same_value"
 
 
 def test_constant_value_with_tolerance_and_reason(make_model):
     model = _model(make_model, "c = Constant <value = float {0.6}> ()\n y = Mul (x, c)")
     trace = Trace()
     assert match_pattern(p.Mul(p.var("x"), p.const(value=0.5)), _root(model), trace) is None
-    assert trace.best.reason == "constant %c is 0.6, expected 0.5"
+    assert str(trace.best.reason) == "constant %c is 0.6, expected 0.5"
+    assert (trace.best.reason.code, trace.best.reason.subject) == ("constant_value", "%c")
     assert match_pattern(p.Mul(p.var("x"), p.const(value=0.6)), _root(model), Trace())
 
 
@@ -56,7 +58,8 @@ def test_shape_variables_unify_across_the_match(make_model):
     ok = p.Add(p.var("a", dims=("B", "S", "D")), p.var("b", dims=("B", "S", "D")))
     trace = Trace()
     assert match_pattern(ok, _root(model), trace) is None
-    assert "dimension S is T here but S elsewhere" in trace.best.reason
+    assert "dimension S is T here but S elsewhere" in str(trace.best.reason)
+    assert trace.best.reason.code == "dimension_mismatch"
 
 
 def test_best_partial_match_is_the_deepest(make_model):
@@ -65,4 +68,5 @@ def test_best_partial_match_is_the_deepest(make_model):
     pat = p.any(p.Add(p.Log(p.var("x")), p.var("z")), p.Mul(p.var("x"), p.var("z")))
     assert match_pattern(pat, _root(model), trace) is None
     assert trace.best.progress == 1
-    assert trace.best.reason == "%a: expected Log, found Exp"
+    assert str(trace.best.reason) == "%a: expected Log, found Exp"
+    assert (trace.best.reason.code, trace.best.reason.subject) == ("wrong_op", "%a")

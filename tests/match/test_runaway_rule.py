@@ -58,6 +58,7 @@ def test_the_rule_is_stopped_at_the_cap_and_named(make_model):
     stopped = regions[-1]
     assert stopped.detail == (f"stopped after {cap} rewrites in a graph of 1 node(s): its "
                               "output matches its own pattern again")
+    assert stopped.code == fuse.STOPPED == "stopped_at_rewrite_cap"
     assert len(result.proto.graph.node) == cap + 1  # the Relus it made before the cap
 
 

@@ -9,7 +9,7 @@ from onnxopt.importer import import_model
 from onnxopt.normalize.eliminate_dead_code import eliminate_dead_code
 from onnxopt.normalize.shapes import infer_shapes
 from onnxopt.normalize.share_equal_shapes import share_equal_shapes
-from onnxopt.options import OptimizeOptions
+from onnxopt.options import OptimizeOptions, PassUnit
 
 MODELS = os.path.join(os.path.dirname(__file__), "..", "..", "models")
 
@@ -114,12 +114,12 @@ def test_gpt2_torchscript_computes_each_reshape_target_once():
     path = os.path.join(MODELS, "gpt2.ts.onnx")
     # The linear layers' Gemms stay flattened (gemm_unflattened would drop their shape
     # arithmetic altogether), so what is left to share is the targets they rebuild.
-    flattened = frozenset({"pass:gemm_unflattened"})
+    flattened = frozenset({PassUnit("gemm_unflattened")})
     shapes = {}
-    for hold in (flattened, flattened | {"pass:share_equal_shapes"}):
+    for hold in (flattened, flattened | {PassUnit("share_equal_shapes")}):
         model = import_model(path)
         normalize.run(model, OptimizeOptions(hold_back=hold))
         shapes[hold] = [n for n in model.graph if n.op_type == "Shape"]
     shared = shapes[flattened]
     assert len(shared) == len({tuple(n.inputs[0].shape) for n in shared})
-    assert len(shared) < len(shapes[flattened | {"pass:share_equal_shapes"}])
+    assert len(shared) < len(shapes[flattened | {PassUnit("share_equal_shapes")}])

@@ -32,6 +32,9 @@ class Fused:
     def reasons(self, rule: str, status: str = "refused") -> list[str]:
         return [r.detail for r in self.report.regions if r.rule == rule and r.status == status]
 
+    def codes(self, rule: str, status: str = "refused") -> list[str]:
+        return [r.code for r in self.report.regions if r.rule == rule and r.status == status]
+
 
 def _fuse(model, rules, target) -> Fused:
     normalize.run(model, OptimizeOptions())

@@ -92,9 +92,10 @@ def _explain(proto, **options):
     return result, [r for r in fusion.regions if r.rule == "attention"]
 
 
-def _assert_refused(make_model, proto, reason):
+def _assert_refused(make_model, proto, reason, code):
     result, regions = _explain(proto)
     assert [(r.status, r.detail) for r in regions] == [("refused", reason)]
+    assert [r.code for r in regions] == [code]
     assert not _fused_ops(result)
     assert verify_models(proto, result.proto).ok
 
@@ -109,18 +110,21 @@ def test_text_attention_fuses(make_model):
 
 def test_softmax_over_another_axis_is_refused(make_model):
     _assert_refused(make_model, _attention(make_model, axis=2),
-                    "Softmax: the softmax runs over axis [2], not the last axis (3)")
+                    "Softmax: the softmax runs over axis [2], not the last axis (3)",
+                    "not_last_axis")
 
 
 def test_scale_that_is_not_a_scalar_is_refused(make_model):
     scale = "float[1, 4, 1, 1] {0.25, 0.25, 0.25, 0.5}"
     _assert_refused(make_model, _attention(make_model, scale=scale),
-                    "%c: the attention scale is not a scalar (shape [1, 4, 1, 1])")
+                    "%c: the attention scale is not a scalar (shape [1, 4, 1, 1])",
+                    "not_a_scalar")
 
 
 def test_probabilities_that_are_a_graph_output_are_refused(make_model):
     proto = _attention(make_model, outputs="float[batch, 4, seq, 16] o, float[batch, 4, seq, seq] p")
-    _assert_refused(make_model, proto, "%p is a graph output, so it must stay computed")
+    _assert_refused(make_model, proto, "%p is a graph output, so it must stay computed",
+                    "intermediate_is_graph_output")
 
 
 def test_intermediate_with_an_extra_reader_is_refused(make_model):
@@ -131,6 +135,7 @@ def test_intermediate_with_an_extra_reader_is_refused(make_model):
     result, regions = _explain(proto)
     assert [(r.status, r.detail.split(" is also used by ")[0]) for r in regions] == [
         ("refused", "%a")]
+    assert [r.code for r in regions] == ["used_outside_match"]
     assert verify_models(proto, result.proto).ok
 
 
@@ -140,6 +145,7 @@ def test_strict_determinism_refuses_attention(make_model):
     assert [(r.status, r.detail) for r in regions] == [(
         "refused", ("determinism is strict, and a fused attention (streaming softmax) may change "
                     "the order of its floating-point reductions"))]
+    assert [r.code for r in regions] == ["strict_determinism"]
 
 
 def test_mask_larger_than_the_scores_is_refused(make_model):
@@ -154,6 +160,7 @@ def test_mask_larger_than_the_scores_is_refused(make_model):
     assert [(r.status, r.detail) for r in regions] == [(
         "refused", ("%m: a mask of shape ['batch', 4, 'seq', 'seq'] would enlarge scores "
                     "['batch', 1, 'seq', 'seq']"))]
+    assert [r.code for r in regions] == ["mask_enlarges_scores"]
 
 
 ANTI_CAUSAL = """
@@ -282,6 +289,7 @@ def test_a_cap_that_is_not_positive_is_refused(make_model, cap, reason):
     proto = make_model(SOFT_CAPPED.format(cap=cap))
     result, regions = _explain(proto)
     assert [(r.status, r.detail) for r in regions] == [("refused", reason)]
+    assert [r.code for r in regions] == ["softcap_not_positive"]
     assert verify_models(proto, result.proto).ok
 
 
@@ -303,6 +311,7 @@ def test_attention_on_three_dimensional_views_fuses(make_model):
     proto = make_model(MERGED_HEADS_3D)
     result, regions = _explain(proto)
     assert [(r.status, r.detail) for r in regions] == [("fused", "heads 1, scale 0.25, no mask")]
+    assert [r.code for r in regions] == [None]  # a fused region has no refusal
     assert verify_models(proto, result.proto).ok
 
 
@@ -311,6 +320,7 @@ def test_triangular_mask_that_is_not_causal_is_refused(make_model):
     result, regions = _explain(proto)
     assert len(regions) == 1 and regions[0].status == "refused"
     assert regions[0].detail.endswith(": the mask is built like a causal mask but is not causal")
+    assert regions[0].code == "mask_not_causal"
     assert verify_models(proto, result.proto).ok
 
 

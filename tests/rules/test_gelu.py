@@ -100,6 +100,7 @@ def test_wrong_constant_is_named(fuse_text):
     fused = fuse_text(text, [Gelu()])
     assert not fused.nodes("GeluFused")
     assert "constant %c6 is 0.6, expected 0.707107" in fused.reasons("gelu", "partial")
+    assert "constant_value" in fused.codes("gelu", "partial")
 
 
 def test_relu_like_curve_is_not_gelu(fuse_text):

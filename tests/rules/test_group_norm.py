@@ -140,25 +140,27 @@ def test_quick_gelu_after_the_norm_is_not_silu(fuse_text):
     assert fused.nodes("SiluFused")[0].attr("alpha") == pytest.approx(1.702)
 
 
-@pytest.mark.parametrize("change, reason", [
+@pytest.mark.parametrize("change, reason, code", [
     ({"x": "float[n, c, h, w] x", "out": "float[n, c, h, w] y"},
-     "%x: the channel dimension is c, not a known size"),
+     "%x: the channel dimension is c, not a known size", "size_not_static"),
     ({"consts": CONSTS.replace("{0, 4, -1}", "{0, 3, -1}").replace(
         "float[4] one = {1, 1, 1, 1}", "float[3] one = {1, 1, 1}").replace(
         "float[4] zero = {0, 0, 0, 0}", "float[3] zero = {0, 0, 0}")},
-     "%x: 8 channels do not split into 3 groups"),
+     "%x: 8 channels do not split into 3 groups", "groups_do_not_divide"),
     ({"x": "float[n, 2000000, 3] x", "out": "float[n, 2000000, 3] y", "tail": "y = Identity (back)"},
-     "%x: 2000000 channels, more than the 1048576 whose weights onnxopt folds"),
+     "%x: 2000000 channels, more than the 1048576 whose weights onnxopt folds",
+     "too_many_channels"),
     ({"split_attrs": "<allowzero = 1> "},
-     "the split Reshape has allowzero=1 and a 0 in its target [0, 4, -1]"),
+     "the split Reshape has allowzero=1 and a 0 in its target [0, 4, -1]", "split_allowzero"),
     ({"merge": "back = Reshape (inorm, flat)", "out": "float[n, 64] y",
       "consts": CONSTS + ", int64[2] flat = {0, -1}", "tail": "y = Identity (back)"},
-     "its target [0, -1] does not keep the batch and the 8 channels"),
+     "its target [0, -1] does not keep the batch and the 8 channels", "merge_changes_view"),
 ])
-def test_refusals_name_the_reason(fuse_text, change, reason):
+def test_refusals_name_the_reason(fuse_text, change, reason, code):
     fused = fuse_text(instance_form(**change), RULES)
     assert not fused.nodes("GroupNormFused")
     assert any(reason in r for r in fused.reasons("group_norm")), fused.report.summary()
+    assert code in fused.codes("group_norm"), fused.report.summary()
 
 
 def test_a_weight_that_is_not_per_channel_stays_outside_the_norm(fuse_text, optimize_text):

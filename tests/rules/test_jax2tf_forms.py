@@ -270,6 +270,8 @@ def test_normalised_over_another_axis_is_refused():
     reasons = [r.detail for r in report.regions
                if r.rule == "layer_norm" and r.status == "refused"]
     assert reasons == ["LayerNorm/mean: the mean runs over axis [1], not the last axis (2)"]
+    assert [r.code for r in report.regions if r.rule == "layer_norm"
+            and r.status == "refused"] == ["not_last_axis"]
     _optimize_and_compare(proto)
 
 
@@ -283,6 +285,8 @@ def test_centred_value_read_elsewhere_is_refused():
                if r.rule == "layer_norm" and r.status == "refused"]
     # the centred value the variance now reads, merged with the model's own x − mean
     assert reasons == ["%x_centered is also used by LayerNorm/other (Abs) outside the match"]
+    assert [r.code for r in report.regions if r.rule == "layer_norm"
+            and r.status == "refused"] == ["used_outside_match"]
     _optimize_and_compare(proto)
 
 
@@ -319,6 +323,8 @@ def test_distributed_cubic_of_another_curve_is_refused_by_its_constant():
     assert "GeluFused" not in ops
     partial = [r.detail for r in report.regions if r.rule == "gelu" and r.status == "partial"]
     assert any("expected 0.044715" in reason for reason in partial), partial
+    assert "constant_value" in [r.code for r in report.regions
+                                if r.rule == "gelu" and r.status == "partial"]
     _optimize_and_compare(proto)
 
 

@@ -157,33 +157,36 @@ def test_residual_with_a_broadcast_operand_is_not_folded(fuse_text):
 
 # --- refusals ---------------------------------------------------------------------------------
 
-def _refusal(fused) -> str:
+def _refusal(fused, code: str) -> str:
+    """The one refusal's sentence, once its code is ``code``."""
     (reason,) = fused.reasons("layer_norm")
+    assert fused.codes("layer_norm") == [code]
     assert not fused.nodes("LayerNormFused")
     return reason
 
 
 def test_mean_and_variance_over_different_axes(fuse_text):
     fused = fuse_text(decomposed(mean_axes="[1]", var_axes="[2]"), RULES, opset=17)
-    assert _refusal(fused) == "ReduceMean_1: the mean is over axis [1], the variance over axis [2]"
+    assert _refusal(fused, "axes_differ") == (
+        "ReduceMean_1: the mean is over axis [1], the variance over axis [2]")
 
 
 def test_not_the_last_axis(fuse_text):
     text = decomposed(mean_axes="[1]", var_axes="[1]", tail="y = Identity (n)")
-    assert _refusal(fuse_text(text, RULES, opset=17)) == (
+    assert _refusal(fuse_text(text, RULES, opset=17), "not_last_axis") == (
         "ReduceMean: the mean runs over axis [1], not the last axis (2)")
 
 
 def test_epsilon_computed_at_run_time(fuse_text):
     text = decomposed(eps="e", extra_in=", float e")
-    assert _refusal(fuse_text(text, RULES, opset=17)) == (
+    assert _refusal(fuse_text(text, RULES, opset=17), "not_a_constant") == (
         "%e: the epsilon is computed at run time, not a constant")
 
 
 def test_epsilon_not_a_scalar(fuse_text):
     text = decomposed(weights=WEIGHTS.replace("float eps = {0.00001}",
                                               "float[1, 3, 1] eps = {0.00001, 0.00002, 0.00001}"))
-    assert _refusal(fuse_text(text, RULES, opset=17)) == (
+    assert _refusal(fuse_text(text, RULES, opset=17), "not_a_scalar") == (
         "%eps: the epsilon is not a scalar (shape [1, 3, 1])")
 
 
@@ -209,19 +212,19 @@ g (float[batch, seq, 8] x, float[{g}] gamma, float[{b}] beta) => (float[batch, s
     ("1, 8", "2, 8", "%beta: the bias (beta) has shape [2, 8], not [8]"),
 ])
 def test_weights_not_one_per_feature(fuse_text, g, b, reason):
-    assert _refusal(fuse_text(NATIVE.format(g=g, b=b), RULES)) == reason
+    assert _refusal(fuse_text(NATIVE.format(g=g, b=b), RULES), "not_per_feature") == reason
 
 
 def test_intermediate_used_outside(fuse_text):
     text = decomposed(outputs="float[batch, 3, 8] y, float[batch, 3, 8] z", extra="z = Abs (d)")
-    assert _refusal(fuse_text(text, RULES, opset=17)) == (
+    assert _refusal(fuse_text(text, RULES, opset=17), "used_outside_match") == (
         "%d is also used by Abs (Abs) outside the match")
 
 
 def test_native_layer_norm_over_more_than_the_last_axis(fuse_text):
     text = RESIDUAL_LN.replace("axis = -1", "axis = 1").replace(
         "float[8] gamma", "float[seq, 8] gamma").replace("float[8] beta", "float[seq, 8] beta")
-    assert _refusal(fuse_text(text, RULES)) == (
+    assert _refusal(fuse_text(text, RULES), "not_last_axis") == (
         "LayerNormalization: normalizes over axes 1..2, not the last axis (2) alone")
 
 
@@ -231,5 +234,5 @@ g (float[batch, seq, 8] x, float[8] gamma) => (float[batch, seq, 8] y, float[bat
     y, m = LayerNormalization <axis = -1, epsilon = 0.00001> (x, gamma)
 }
 """
-    assert _refusal(fuse_text(text, RULES)) == (
+    assert _refusal(fuse_text(text, RULES), "statistics_read") == (
         "LayerNormalization: its Mean/InvStdDev outputs are read, which the fused op does not give")

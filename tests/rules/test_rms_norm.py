@@ -131,12 +131,15 @@ def test_layer_norm_is_not_an_rms_norm_of_the_centered_value(fuse_text):
     assert not fused.nodes("RMSNormFused")
     assert ("ReduceMean_1: averages the squares of %xc = x - mean(x): a LayerNorm, not an RMSNorm"
             in fused.reasons("rms_norm", "partial"))
+    assert "centered_squares" in fused.codes("rms_norm", "partial")
 
 
 # --- refusals ---------------------------------------------------------------------------------
 
-def _refusal(fused) -> str:
+def _refusal(fused, code: str) -> str:
+    """The one refusal's sentence, once its code is ``code``."""
     (reason,) = fused.reasons("rms_norm")
+    assert fused.codes("rms_norm") == [code]
     assert not fused.nodes("RMSNormFused")
     return reason
 
@@ -144,29 +147,31 @@ def _refusal(fused) -> str:
 def test_mean_not_over_the_last_axis(fuse_text):
     text = rms(mean="ReduceMean <axes = [1]> (sq)", x="float[batch, 8, 8] x",
                outputs="float[batch, 8, 8] y", tail="y = Identity (n)")
-    assert _refusal(fuse_text(text, RULES, opset=17)) == (
+    assert _refusal(fuse_text(text, RULES, opset=17), "not_last_axis") == (
         "ReduceMean: the mean of squares runs over axis [1], not the last axis (2)")
 
 
 def test_mean_that_drops_the_axis(fuse_text):
     text = rms(mean="ReduceMean <axes = [-1], keepdims = 0> (sq)", x="float[1, 8, 8] x",
                outputs="float[1, 8, 8] y", tail="y = Identity (n)")
-    assert _refusal(fuse_text(text, RULES, opset=17)) == (
+    assert _refusal(fuse_text(text, RULES, opset=17), "keepdims_dropped") == (
         "ReduceMean: the reduced axis is dropped (keepdims=0), not an RMSNorm")
 
 
 def test_epsilon_computed_at_run_time(fuse_text):
     text = rms(eps="e", extra_in=", float e")
-    assert _refusal(fuse_text(text, RULES)) == (
+    assert _refusal(fuse_text(text, RULES), "not_a_constant") == (
         "%e: the epsilon is computed at run time, not a constant")
 
 
 def test_epsilon_not_a_scalar(fuse_text):
     text = rms(eps="e2", x="float[2, seq, 8] x", outputs="float[2, seq, 8] y").replace(
         "int64[1] axes = {-1}", "int64[1] axes = {-1}, float[2, 1, 1] e2 = {0.000001, 0.000002}")
-    assert _refusal(fuse_text(text, RULES)) == "%e2: the epsilon is not a scalar (shape [2, 1, 1])"
+    assert _refusal(fuse_text(text, RULES), "not_a_scalar") == (
+        "%e2: the epsilon is not a scalar (shape [2, 1, 1])")
 
 
 def test_intermediate_used_outside(fuse_text):
     text = rms(outputs="float[batch, seq, 8] y, float[batch, seq, 1] z", extra="z = Abs (std)")
-    assert _refusal(fuse_text(text, RULES)) == "%std is also used by Abs (Abs) outside the match"
+    assert _refusal(fuse_text(text, RULES), "used_outside_match") == (
+        "%std is also used by Abs (Abs) outside the match")

@@ -38,29 +38,33 @@ def test_rotate_half_fuses_and_computes_the_same(fuse_text, optimize_text, axis)
     assert report.ok, report.to_json()
 
 
-def _refusal(fused) -> str:
+def _refusal(fused, code: str) -> str:
+    """The one refusal's sentence, once its code is ``code``."""
     (reason,) = fused.reasons("rotary")
+    assert fused.codes("rotary") == [code]
     assert not fused.nodes("RotaryFused")
     return reason
 
 
-@pytest.mark.parametrize("kw, reason", [
+@pytest.mark.parametrize("kw, reason, code", [
     ({"neg": "x1", "other": "x2"}, ("Slice_1: takes [8:16] of the last axis, not the half [0:8] of "
-                                 "the last axis")),
+                                 "the last axis"), "slice_not_half"),
     ({"step": 2}, ("Slice: takes [0:8] with step 2 of the last axis, not the half [0:8] of the "
-                   "last axis")),
+                   "last axis"), "slice_not_half"),
     ({"axis": 2, "x": "batch, 4, 16, 16", "c": "1, 1, 16, 16"},
-     "Slice: takes [0:8] of axis 2, not the half [0:8] of the last axis"),
-    ({"cat": 2}, "Concat: concatenates on axis 2, not the last axis"),
-    ({"x": "batch, 4, seq, d", "c": "1, 1, seq, d"}, "%q: the head size is not known"),
+     "Slice: takes [0:8] of axis 2, not the half [0:8] of the last axis", "slice_not_half"),
+    ({"cat": 2}, "Concat: concatenates on axis 2, not the last axis", "not_last_axis"),
+    ({"x": "batch, 4, seq, d", "c": "1, 1, seq, d"}, "%q: the head size is not known",
+     "head_size_unknown"),
     ({"x": "1, 4, seq, 16", "c": "2, 4, seq, 16"},
-     "%cos: a rotary table of shape [2, 4, 'seq', 16] does not broadcast to x [1, 4, 'seq', 16]"),
+     "%cos: a rotary table of shape [2, 4, 'seq', 16] does not broadcast to x [1, 4, 'seq', 16]",
+     "table_not_broadcast"),
 ])
-def test_refusals(fuse_text, kw, reason):
-    assert _refusal(fuse_text(rope(**kw), [Rotary()])) == reason
+def test_refusals(fuse_text, kw, reason, code):
+    assert _refusal(fuse_text(rope(**kw), [Rotary()]), code) == reason
 
 
 def test_tables_of_different_shapes(fuse_text):
     text = rope().replace("float[1, 1, seq, 16] sin", "float[seq, 16] sin")
-    assert _refusal(fuse_text(text, [Rotary()])) == (
+    assert _refusal(fuse_text(text, [Rotary()]), "table_shapes_differ") == (
         "%sin: sin has shape ['seq', 16], cos [1, 1, 'seq', 16]")

@@ -57,6 +57,7 @@ def test_up_of_another_shape(fuse_text):
     assert fused.reasons("swiglu") == [(
         "%up: up has shape ['batch', 'seq', 1], gate ['batch', 'seq', 16]; "
         "SwiGLU needs equal shapes")]
+    assert fused.codes("swiglu") == ["shapes_differ"]
     assert fused.nodes("SiluFused") and not fused.nodes("SwiGLUFused")
 
 
@@ -66,3 +67,4 @@ def test_silu_times_a_constant_is_not_swiglu(fuse_text):
     fused = fuse_text(text, [Silu(), SwiGLU()])
     assert fused.reasons("swiglu") == [
         "%up: the up projection is a constant, so this is SiLU times a weight"]
+    assert fused.codes("swiglu") == ["up_is_constant"]
