@@ -13,8 +13,8 @@ import onnx
 import onnx.parser
 import pytest
 
+from onnxopt import reference as ref
 from onnxopt.runtime import REGISTRY, DeviceTensor, KernelContext, session
-from onnxopt.runtime.cuda import reference as ref
 from onnxopt.runtime.ops import DOMAIN, DTYPES, OPS
 from onnxopt.runtime.ops import activations as act_ops
 from onnxopt.runtime.ops import attention as attn_ops

@@ -60,7 +60,7 @@ def registry():
 
 
 def reasons(selection) -> dict[str, str]:
-    return {k.name: r for k, r in selection.rejected}
+    return {k.name: str(r) for k, r in selection.rejected}
 
 
 def emit(model, node, kernel, target):
@@ -381,4 +381,5 @@ def test_cpu_target_never_emits_our_ops(models_dir):
         assert not [n for n in result.proto.graph.node if n.domain == DOMAIN]
         rejected = {k.name: r for s in result.report.stages["select"].selections
                     for k, r in s.rejected if k.backend == "pycuda"}
-        assert rejected and set(rejected.values()) == {"runs only on CUDA"}
+        assert rejected and {str(r) for r in rejected.values()} == {"runs only on CUDA"}
+        assert {r.code for r in rejected.values()} == {"provider_not_supported"}

@@ -4,7 +4,7 @@ dtype on both providers from the kernel family's declaration.
 Each op's ports and attributes are read from ``kernels/<family>.json`` ("ops"), the one
 declaration of the kernel, and declared once per dtype (ORT dispatches by input type among
 kernels of one name): a CPU kernel, the float64 NumPy reference of
-``onnxopt.runtime.cuda.reference`` (always registered, so a model optimized for CUDA runs
+``onnxopt.reference`` (always registered, so a model optimized for CUDA runs
 anywhere and CI tests the bridge end to end), and a CUDA kernel that launches
 ``kernels/*.cu`` on ORT's compute stream.
 """

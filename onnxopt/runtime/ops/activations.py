@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from onnxopt import reference as ref
 from onnxopt.runtime.cuda import bias_gelu, swiglu
-from onnxopt.runtime.cuda import reference as ref
 
 from ._common import address, declare, dtype_name
 

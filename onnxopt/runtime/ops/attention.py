@@ -22,8 +22,8 @@ import math
 
 import numpy as np
 
+from onnxopt import reference as ref
 from onnxopt.runtime.cuda import flash_attention
-from onnxopt.runtime.cuda import reference as ref
 
 from ._common import address, declare, dtype_name
 

@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from onnxopt import reference as ref
 from onnxopt.runtime.cuda import group_norm, layer_norm, rms_norm
-from onnxopt.runtime.cuda import reference as ref
 
 from ._common import address, declare, dtype_name
 
