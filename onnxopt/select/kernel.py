@@ -97,6 +97,11 @@ class Kernel:
     requires: Requires | None = field(default=None, compare=False)
     notes: str = ""
 
+    def __post_init__(self) -> None:
+        # "ort" and Backend.ORT are one value; the record holds the enum either way.
+        object.__setattr__(self, "backend", Backend(self.backend))
+        object.__setattr__(self, "layout", Layout(self.layout))
+
     def rejects(self, node: Node, target: Target, *, model_opset: int | None = None,
                 attrs: FusedAttrs | None = None) -> Refusal | None:
         """The first capability this kernel lacks for ``node`` on ``target``, or None.

@@ -12,7 +12,6 @@ import pytest
 from onnxopt import select
 from onnxopt.importer import import_model
 from onnxopt.ir.builder import FUSED_DOMAIN, NodeBuilder, SchemaError
-from onnxopt.options import OptimizeOptions
 from onnxopt.ops import (
     FUSED_OPS,
     AttentionAttrs,
@@ -24,6 +23,7 @@ from onnxopt.ops import (
     attributes_of,
 )
 from onnxopt.ops.attention import ATTENTION
+from onnxopt.options import OptimizeOptions
 from onnxopt.refusal import refusal
 from onnxopt.select.kernel import Backend, Kernel
 
