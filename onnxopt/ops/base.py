@@ -49,9 +49,10 @@ class FusedAttrs:
     attribute, and nothing else reads a fused node's attributes.
 
     Field types are ``bool``, ``int``, ``float``, ``str`` or an enum stored on the node as its
-    spelling (the enum's ``str`` writes it, its ``parse`` reads it back: ``MaskKind``). Construction checks every value against its field's type
-    (an ``int`` where a ``float`` is declared is widened), so a record that exists is well
-    typed; :meth:`of` reads a node, :meth:`as_attributes` is what the node stores.
+    spelling (the enum's ``str`` writes it, its ``parse`` reads it back: ``MaskKind``).
+    Construction checks every value against its field's type (an ``int`` where a ``float`` is
+    declared is widened), so a record that exists is well typed; :meth:`of` reads a node,
+    :meth:`as_attributes` is what the node stores.
     """
 
     def __post_init__(self) -> None:

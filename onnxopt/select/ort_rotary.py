@@ -38,7 +38,8 @@ def _never(b, node, attrs, target):  # pragma: no cover - never legal, so never 
 
 def kernels() -> list[Kernel]:
     return [
-        Kernel(name="ort.RotaryEmbedding", implements="RotaryFused", backend=Backend.ORT, emit=_never,
+        Kernel(name="ort.RotaryEmbedding", implements="RotaryFused", backend=Backend.ORT,
+               emit=_never,
                dtypes=frozenset({"float32", "float16"}), providers=BOTH_PROVIDERS,
                opsets={MS_DOMAIN: 1}, requires=_contrib_requires, notes="com.microsoft"),
         Kernel(name="onnx.RotaryEmbedding-23", implements="RotaryFused", backend=Backend.ORT,
