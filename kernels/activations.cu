@@ -1,6 +1,6 @@
 // Bias + GELU and the SwiGLU gate, elementwise over [rows, N] tensors.
 //
-// Semantics (NumPy definition: onnxopt/runtime/cuda/reference.py::bias_gelu / swiglu):
+// Semantics (NumPy definition: onnxopt/reference/activations.py::bias_gelu / swiglu):
 //   bias_gelu:  t = x + bias (bias [N] broadcast over rows, may be null)
 //               approximate == 0: y = 0.5 t (1 + erf(t / sqrt(2)))
 //               approximate == 1: y = 0.5 t (1 + tanh(sqrt(2 / pi) (t + 0.044715 t^3)))

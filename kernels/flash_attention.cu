@@ -1,6 +1,6 @@
 // FlashAttention-2 style forward pass: O = softmax(Q K^T * scale + bias + mask) V.
 //
-// Semantics (the NumPy definition is onnxopt/runtime/cuda/reference.py::attention):
+// Semantics (the NumPy definition is onnxopt/reference/attention.py::attention):
 //   Q [B, H, Sq, D], K/V [B, Hkv, Skv, D], O [B, H, Sq, D]; BNSH layout, contiguous.
 //   Grouped-query attention: H % Hkv == 0 and query head h reads kv head h / (H / Hkv).
 //   D is a runtime value, a multiple of 8 up to the specialisation's DMAX (head dims are padded

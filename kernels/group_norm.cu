@@ -1,6 +1,6 @@
 // GroupNorm over groups of channels of an [N, C, *spatial] tensor, then an optional SiLU.
 //
-// Semantics (NumPy definition: onnxopt/runtime/cuda/reference.py::group_norm):
+// Semantics (NumPy definition: onnxopt/reference/norms.py::group_norm):
 //   X is [N, C, S] (S: the product of the spatial dims), C = groups * Cg. Each (n, g) is
 //   normalised over its Cg * S contiguous elements:
 //     y = (x - mean) / sqrt(var + eps) * gamma[c] + beta[c]      (biased variance)

@@ -1,6 +1,6 @@
 // LayerNorm / RMSNorm over the last dimension, with the residual add optionally folded in.
 //
-// Semantics (NumPy definition: onnxopt/runtime/cuda/reference.py::layer_norm / rms_norm):
+// Semantics (NumPy definition: onnxopt/reference/norms.py::layer_norm / rms_norm):
 //   v   = x + residual            (residual optional; v is rounded to T, as a T tensor would be)
 //   sum = v                       (written only when sum_out is not null)
 //   LayerNorm: y = (v - mean(v)) / sqrt(var(v) + eps) * gamma + beta   (biased variance)

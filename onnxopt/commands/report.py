@@ -168,6 +168,8 @@ def print_selection(out: Console, report) -> None:
         out.print(f"runtime: the output needs {library} (register it with ONNX Runtime's "
                   "register_custom_ops_library; `onnxopt kernels --library` prints its path)",
                   markup=False)
+    for kernel, case in sorted(getattr(report, "assumptions", dict)().items()):
+        out.print(f"assumes: {kernel}: {case}", markup=False)
     tuning = getattr(report, "tune_cache", None)
     if tuning:
         out.print(f"tuning: {report.tuned} signature(s) timed; decisions in {tuning}")

@@ -27,13 +27,26 @@ FUSED_DOMAIN = "ai.onnxopt"
 """The domain of onnxopt's abstract fused operators (``AttentionFused``, ...)."""
 
 
+class FusedPort(Protocol):
+    """One input or output of a fused op (``onnxopt.ops.base.Port`` provides it)."""
+
+    name: str
+    optional: bool
+
+
+class FusedAttributes(Protocol):
+    """A fused op's attribute record (``onnxopt.ops.base.FusedAttrs`` provides it)."""
+
+    def as_attributes(self) -> dict[str, Any]: ...
+
+
 class FusedSchema(Protocol):
     """What the builder checks of a fused op (``onnxopt.ops.base.FusedOp`` provides it)."""
 
     name: str
-    inputs: tuple[str, ...]  # "name" or "name?" for optional
-    outputs: tuple[str, ...]
-    attrs: dict[str, Any]
+    inputs: tuple[FusedPort, ...]
+    outputs: tuple[FusedPort, ...]
+    attrs: type  # the op's attribute record class
 
 
 class SchemaError(ValueError):
@@ -93,11 +106,14 @@ class NodeBuilder:
         self.nodes.append(node)
         return node.outputs if outputs > 1 else node.outputs[0]
 
-    def fused(self, op_type: str, *inputs: Value | None, outputs: int = 1, **attrs: Any) -> Any:
-        """Add an ``ai.onnxopt`` node, checked against its schema when the builder has one."""
+    def fused(self, op_type: str, *inputs: Value | None, attrs: FusedAttributes,
+              outputs: int = 1) -> Any:
+        """Add an ``ai.onnxopt`` node stating every attribute of its record ``attrs``, checked
+        against the op's schema when the builder has one."""
         if self.schemas is not None:
             check_fused(self.schemas, op_type, inputs, outputs, attrs)
-        return self.op(op_type, *inputs, domain=FUSED_DOMAIN, outputs=outputs, **attrs)
+        return self.op(op_type, *inputs, domain=FUSED_DOMAIN, outputs=outputs,
+                       **attrs.as_attributes())
 
     def const(self, array: Any, hint: str = "const") -> Value:
         arr = np.asarray(array)
@@ -105,22 +121,25 @@ class NodeBuilder:
 
 
 def check_fused(schemas: Mapping[str, FusedSchema], op_type: str,
-                inputs: tuple[Value | None, ...], outputs: int, attrs: dict[str, Any]) -> None:
+                inputs: tuple[Value | None, ...], outputs: int, attrs: FusedAttributes) -> None:
     """Raise :class:`SchemaError` unless the node fits the op's schema: a known op, no more
-    inputs than declared, every required input given, the declared output count at most,
-    and only declared attributes."""
+    inputs than its ports, every required port given, the declared output count at most, and
+    the op's own attribute record (not another op's, nor one with attributes it lacks)."""
     schema = schemas.get(op_type)
     if schema is None:
         raise SchemaError(f"{op_type}: no fused op of that name")
     if len(inputs) > len(schema.inputs):
         raise SchemaError(f"{op_type}: {len(inputs)} inputs, the schema declares "
                           f"{len(schema.inputs)}")
-    for k, declared in enumerate(schema.inputs):
-        if not declared.endswith("?") and (k >= len(inputs) or inputs[k] is None):
-            raise SchemaError(f"{op_type}: required input {k} ({declared}) is missing")
+    for k, port in enumerate(schema.inputs):
+        if not port.optional and (k >= len(inputs) or inputs[k] is None):
+            raise SchemaError(f"{op_type}: required input {k} ({port.name}) is missing")
     if outputs > len(schema.outputs):
         raise SchemaError(f"{op_type}: {outputs} outputs, the schema declares "
                           f"{len(schema.outputs)}")
-    unknown = sorted(k for k, v in attrs.items() if v is not None and k not in schema.attrs)
+    if not isinstance(attrs, schema.attrs):
+        raise SchemaError(f"{op_type}: its attributes are a {schema.attrs.__name__}, got a "
+                          f"{type(attrs).__name__}")
+    unknown = sorted(set(attrs.as_attributes()) - set(schema.attrs.names()))
     if unknown:
         raise SchemaError(f"{op_type}: attributes {unknown} are not in its schema")

@@ -25,6 +25,7 @@ from onnxopt.ir.node import OPAQUE_OP
 from onnxopt.ir.symdim import evaluate
 from onnxopt.ir.value import Value
 from onnxopt.isolation import NativeCrash
+from onnxopt.ops.mask_kind import MaskKind
 from onnxopt.refusal import Refusal
 
 MASKED = -1e4  # an additive value at or below this masks a key (exp underflows to 0)
@@ -43,9 +44,11 @@ class MaskInfo:
     bias: bool = False  # it holds values between 0 and the masking range
 
     @property
-    def kind(self) -> str:
-        parts = (["causal"] if self.causal else []) + (["key_padding"] if self.padding_input else [])
-        return "+".join(parts) or "additive"
+    def kind(self) -> MaskKind:
+        """What the probes proved, as the fused op states it (``ADDITIVE``: nothing)."""
+        kind = (MaskKind.CAUSAL if self.causal else MaskKind.NONE) | (
+            MaskKind.KEY_PADDING if self.padding_input is not None else MaskKind.NONE)
+        return kind or MaskKind.ADDITIVE
 
 
 def classify_mask(model: Model, mask: Value, batch_dim, key_dim, query_dim) -> MaskInfo:

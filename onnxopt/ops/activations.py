@@ -15,24 +15,45 @@ the original did.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
+from onnxopt import reference as ref
 from onnxopt.ir.dtypes import numpy_dtype
 from onnxopt.ir.node import Node
-from onnxopt.ops.base import FusedOp
+from onnxopt.ops.base import FusedAttrs, FusedOp, Port, optional
 from onnxopt.ops.norms import scalar
+from onnxopt.reference.activations import SQRT_2_OVER_PI, TANH_CUBIC
 
 SQRT_HALF = 1.0 / math.sqrt(2.0)
-SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
-TANH_CUBIC = 0.044715
+
+
+@dataclass(frozen=True, kw_only=True)
+class GeluAttrs(FusedAttrs):
+    """``GeluFused``'s attributes: ``approximate`` is "none" (erf) or "tanh"."""
+
+    approximate: str = "none"
+
+
+@dataclass(frozen=True, kw_only=True)
+class SiluAttrs(FusedAttrs):
+    """``SiluFused``'s attributes: ``alpha`` scales the sigmoid's input (1: SiLU)."""
+
+    alpha: float = 1.0
+
+
+@dataclass(frozen=True, kw_only=True)
+class SwiGLUAttrs(FusedAttrs):
+    """``SwiGLUFused`` has no attributes."""
 
 
 def decompose_gelu(b, node: Node):
+    attrs = GeluAttrs.of(node)
     x, bias = node.inputs[0], node.input(1)
     dt = x.dtype
     t = b.op("Add", x, bias) if bias is not None else x
-    if node.attr("approximate", "none") == "tanh":
+    if attrs.approximate == "tanh":
         cube = b.op("Mul", b.op("Pow", t, scalar(b, 3.0, dt, "three")),
                     scalar(b, TANH_CUBIC, dt, "gelu_c"))
         inner = b.op("Mul", b.op("Add", t, cube), scalar(b, SQRT_2_OVER_PI, dt, "sqrt_2_over_pi"))
@@ -45,10 +66,9 @@ def decompose_gelu(b, node: Node):
 
 def decompose_silu(b, node: Node):
     x = node.inputs[0]
-    alpha = node.attr("alpha", 1.0)
+    alpha = SiluAttrs.of(node).alpha
     inner = x
     if alpha != 1.0:
-
         inner = b.op("Mul", x, b.const(np.array(alpha, numpy_dtype(x.dtype or "float32")),
                                        "alpha"))
     return [b.op("Mul", x, b.op("Sigmoid", inner))]
@@ -59,38 +79,29 @@ def decompose_swiglu(b, node: Node):
     return [b.op("Mul", b.op("Mul", gate, b.op("Sigmoid", gate)), up)]
 
 
-def reference_gelu(x, bias=None, *, approximate="none", **_):
-    """NumPy GELU in float64, returned in X's dtype."""
-    t = np.asarray(x, np.float64)
-    if bias is not None:
-        t = t + np.asarray(bias, np.float64)
-    if approximate == "tanh":
-        y = 0.5 * t * (1.0 + np.tanh(SQRT_2_OVER_PI * (t + TANH_CUBIC * t ** 3)))
-    else:
-        erf = np.vectorize(math.erf, otypes=[np.float64])
-        y = 0.5 * t * (1.0 + erf(t * SQRT_HALF))
-    return y.astype(np.asarray(x).dtype)
+def reference_gelu(x, bias=None, **attributes):
+    """GeluFused on arrays (attributes as keywords), in X's dtype."""
+    attrs = GeluAttrs.from_attributes(attributes)
+    return ref.gelu(x, bias, approximate=attrs.approximate).astype(np.asarray(x).dtype)
 
 
-def _sigmoid(t):
-    return 0.5 * (1.0 + np.tanh(0.5 * t))  # no overflow for large |t|
+def reference_silu(x, **attributes):
+    """SiluFused on arrays (attributes as keywords), in X's dtype."""
+    attrs = SiluAttrs.from_attributes(attributes)
+    return ref.silu(x, alpha=attrs.alpha).astype(np.asarray(x).dtype)
 
 
-def reference_silu(x, *, alpha=1.0, **_):
-    t = np.asarray(x, np.float64)
-    return (t * _sigmoid(alpha * t)).astype(np.asarray(x).dtype)
-
-
-def reference_swiglu(gate, up, **_):
-    g = np.asarray(gate, np.float64)
-    return (g * _sigmoid(g) * np.asarray(up, np.float64)).astype(np.asarray(gate).dtype)
+def reference_swiglu(gate, up, **attributes):
+    """SwiGLUFused on arrays, in the gate's dtype."""
+    SwiGLUAttrs.from_attributes(attributes)
+    return ref.swiglu(gate, up).astype(np.asarray(gate).dtype)
 
 
 GELU = FusedOp(
     name="GeluFused",
-    inputs=("X", "bias?"),
-    outputs=("Y",),
-    attrs={"approximate": "none"},
+    inputs=(Port("X"), optional("bias")),
+    outputs=(Port("Y"),),
+    attrs=GeluAttrs,
     decompose=decompose_gelu,
     reference=reference_gelu,
     doc=__doc__,
@@ -98,9 +109,9 @@ GELU = FusedOp(
 
 SILU = FusedOp(
     name="SiluFused",
-    inputs=("X",),
-    outputs=("Y",),
-    attrs={"alpha": 1.0},
+    inputs=(Port("X"),),
+    outputs=(Port("Y"),),
+    attrs=SiluAttrs,
     decompose=decompose_silu,
     reference=reference_silu,
     doc=__doc__,
@@ -108,8 +119,9 @@ SILU = FusedOp(
 
 SWIGLU = FusedOp(
     name="SwiGLUFused",
-    inputs=("gate", "up"),
-    outputs=("Y",),
+    inputs=(Port("gate"), Port("up")),
+    outputs=(Port("Y"),),
+    attrs=SwiGLUAttrs,
     decompose=decompose_swiglu,
     reference=reference_swiglu,
     doc=__doc__,

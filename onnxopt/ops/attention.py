@@ -24,19 +24,49 @@ own head split and merge), never absorbed into the fused op and undone again.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
+from onnxopt import reference as ref
 from onnxopt.ir.dtypes import numpy_dtype
 from onnxopt.ir.node import Node
-from onnxopt.ops.base import FusedOp
+from onnxopt.ops.base import FusedAttrs, FusedOp, Port, optional
+from onnxopt.ops.mask_kind import MaskKind
+
+
+@dataclass(frozen=True, kw_only=True)
+class AttentionAttrs(FusedAttrs):
+    """``AttentionFused``'s attributes. ``kv_num_heads`` 0 means as many as ``num_heads``;
+    ``head_size`` 0, not known statically; ``causal`` and ``mask_kind`` say what the mask input
+    was proved to hold (it is exact either way)."""
+
+    num_heads: int = 0
+    kv_num_heads: int = 0
+    scale: float = 1.0
+    causal: bool = False
+    mask_kind: MaskKind = MaskKind.NONE
+    nan_to_zero: bool = False
+    softcap: float = 0.0
+    head_size: int = 0
+
+    @property
+    def kv_heads(self) -> int:
+        """The number of key/value heads (``kv_num_heads``, or ``num_heads`` where it is 0)."""
+        return self.kv_num_heads or self.num_heads
+
+    @property
+    def grouped_query(self) -> bool:
+        """Query heads share key/value heads (grouped-query attention)."""
+        return self.kv_heads != self.num_heads
 
 
 def decompose(b, node: Node):
+    attrs = AttentionAttrs.of(node)
     q, k, v = node.inputs[:3]
     mask = node.input(3)
-    heads = node.attr("num_heads", 0)
-    kv_heads = node.attr("kv_num_heads", heads)
-    grouped = q.rank == 4 and kv_heads and heads and kv_heads != heads
+    heads, kv_heads = attrs.num_heads, attrs.kv_heads
+    grouped = q.rank == 4 and heads and attrs.grouped_query
     if grouped:
         # [B, H, S, D] -> [B, Hkv, n_rep*S, D]: the n_rep query heads that share a kv head are
         # contiguous, so grouping them along the sequence axis needs no copy of K or V.
@@ -45,11 +75,11 @@ def decompose(b, node: Node):
     scores.producer.sem["transpose_b"] = True
     if grouped:
         scores = b.op("Reshape", scores, b.const(np.array([0, heads, -1, 0], np.int64), "ungroup"))
-    scores = scaled_scores(b, node, scores)
+    scores = scaled_scores(b, node, attrs, scores)
     if mask is not None:
         scores = b.op("Add", scores, mask)
     probs = b.op("Softmax", scores, axis=-1)
-    if node.attr("nan_to_zero", 0):
+    if attrs.nan_to_zero:
         zero = b.const(np.array(0, _np_dtype(node.inputs[0].dtype)), "zero")
         probs = b.op("Where", b.op("IsNaN", probs), zero, probs)
     if grouped:
@@ -60,11 +90,11 @@ def decompose(b, node: Node):
     return [out]
 
 
-def scaled_scores(b, node: Node, scores):
+def scaled_scores(b, node: Node, attrs: AttentionAttrs, scores):
     """``scores·scale``, soft-capped where the node says so: ``cap·tanh(scores·scale / cap)``,
     spelled ``Mul(scale / cap) → Tanh → Mul(cap)`` as exporters write it (Gemma 2)."""
     dtype = _np_dtype(node.inputs[0].dtype)
-    scale, cap = float(node.attr("scale", 1.0)), float(node.attr("softcap", 0.0))
+    scale, cap = attrs.scale, attrs.softcap
     if cap:
         scores = b.op("Tanh", b.op("Mul", scores, b.const(np.array(scale / cap, dtype),
                                                                  "scale")))
@@ -85,39 +115,24 @@ def split_heads(b, x, heads: int, size: int):
     return t
 
 
-def reference(q, k, v, mask=None, key_padding_mask=None, *, num_heads=0, kv_num_heads=0,
-              scale=1.0, causal=0, nan_to_zero=0, head_size=0, softcap=0.0, **_):
-    """NumPy attention in float64 (the additive mask is the exact function)."""
-    q64, k64, v64 = (np.asarray(a, np.float64) for a in (q, k, v))
-    if q64.ndim == 4 and k64.shape[1] != q64.shape[1]:
-        rep = q64.shape[1] // k64.shape[1]
-        k64 = np.repeat(k64, rep, axis=1)
-        v64 = np.repeat(v64, rep, axis=1)
-    scores = q64 @ np.swapaxes(k64, -1, -2) * scale
-    if softcap:
-        scores = softcap * np.tanh(scores / softcap)
-    if mask is not None:
-        scores = scores + np.asarray(mask, np.float64)
-    top = np.max(scores, axis=-1, keepdims=True)
-    with np.errstate(invalid="ignore", over="ignore"):
-        e = np.exp(scores - top)
-        p = e / e.sum(axis=-1, keepdims=True)
-    if nan_to_zero:
-        p = np.where(np.isnan(p), 0.0, p)
-    return (p @ v64).astype(np.asarray(q).dtype)
+def reference(q, k, v, mask=None, key_padding_mask=None, **attributes):
+    """AttentionFused on arrays (attributes as keywords), in Q's dtype: the additive mask is
+    the exact function, so ``causal`` and the padding input change nothing here."""
+    attrs = AttentionAttrs.from_attributes(attributes)
+    out = ref.attention(q, k, v, bias=mask, scale=attrs.scale, softcap=attrs.softcap,
+                        nan_to_zero=attrs.nan_to_zero, bias_floor=None)
+    return out.astype(np.asarray(q).dtype)
 
 
 def _np_dtype(dtype: str | None):
-
     return numpy_dtype(dtype or "float32")
 
 
 ATTENTION = FusedOp(
     name="AttentionFused",
-    inputs=("Q", "K", "V", "mask?", "key_padding_mask?"),
-    outputs=("O",),
-    attrs={"num_heads": 0, "kv_num_heads": 0, "scale": 1.0, "causal": 0, "mask_kind": "none",
-           "nan_to_zero": 0, "head_size": 0, "softcap": 0.0},
+    inputs=(Port("Q"), Port("K"), Port("V"), optional("mask"), optional("key_padding_mask")),
+    outputs=(Port("O"),),
+    attrs=AttentionAttrs,
     decompose=decompose,
     reference=reference,
     doc=__doc__,

@@ -22,12 +22,24 @@ from ReduceMean.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
+from onnxopt import reference as ref
 from onnxopt.ir.dtypes import numpy_dtype
 from onnxopt.ir.node import Node
-from onnxopt.ops.base import FusedOp
+from onnxopt.ops.base import FusedAttrs, FusedOp, Port, optional
 from onnxopt.ops.norms import scalar
+
+
+@dataclass(frozen=True, kw_only=True)
+class GroupNormAttrs(FusedAttrs):
+    """``GroupNormFused``'s attributes: ``activation`` is "" (none) or "silu"."""
+
+    groups: int = 1
+    epsilon: float = 1e-5
+    activation: str = ""
 
 INSTANCE_NORM_DTYPES = frozenset({"float32", "float16"})
 
@@ -61,9 +73,9 @@ def _group_statistics(b, grouped, eps: float, dtype: str, groups: int):
 
 
 def decompose_group_norm(b, node: Node):
+    attrs = GroupNormAttrs.of(node)
     x, gamma, beta = node.inputs[0], node.input(1), node.input(2)
-    groups = int(node.attr("groups", 1))
-    eps = float(node.attr("epsilon", 1e-5))
+    groups, eps = attrs.groups, attrs.epsilon
     dtype = x.dtype or "float32"
     rank = x.rank or 4
     grouped = b.op("Reshape", x, _i64(b, [0, groups, -1], "groups_shape"))
@@ -73,36 +85,24 @@ def decompose_group_norm(b, node: Node):
         y = b.op("Mul", y, channel_view(b, gamma, rank))
     if beta is not None:
         y = b.op("Add", y, channel_view(b, beta, rank))
-    if node.attr("activation", "") == "silu":
+    if attrs.activation == "silu":
         y = b.op("Mul", y, b.op("Sigmoid", y))
     return [y]
 
 
-def reference_group_norm(x, gamma=None, beta=None, *, groups=1, epsilon=1e-5, activation="",
-                         **_):
-    """NumPy GroupNorm (then SiLU) in float64."""
-    dtype = np.asarray(x).dtype
-    v = np.asarray(x, np.float64)
-    n, c = v.shape[0], v.shape[1]
-    grouped = v.reshape(n, groups, -1)
-    mean = grouped.mean(axis=-1, keepdims=True)
-    var = ((grouped - mean) ** 2).mean(axis=-1, keepdims=True)
-    y = ((grouped - mean) / np.sqrt(var + epsilon)).reshape(v.shape)
-    view = [c] + [1] * (v.ndim - 2)
-    if gamma is not None:
-        y = y * np.asarray(gamma, np.float64).reshape(view)
-    if beta is not None:
-        y = y + np.asarray(beta, np.float64).reshape(view)
-    if activation == "silu":
-        y = y / (1.0 + np.exp(-y))
-    return y.astype(dtype)
+def reference_group_norm(x, gamma=None, beta=None, **attributes):
+    """GroupNormFused on arrays (attributes as keywords), in X's dtype."""
+    attrs = GroupNormAttrs.from_attributes(attributes)
+    y = ref.group_norm(x, gamma, beta, groups=attrs.groups, eps=attrs.epsilon,
+                       activation=attrs.activation)
+    return y.astype(np.asarray(x).dtype)
 
 
 GROUP_NORM = FusedOp(
     name="GroupNormFused",
-    inputs=("X", "gamma?", "beta?"),
-    outputs=("Y",),
-    attrs={"groups": 1, "epsilon": 1e-5, "activation": ""},
+    inputs=(Port("X"), optional("gamma"), optional("beta")),
+    outputs=(Port("Y"),),
+    attrs=GroupNormAttrs,
     decompose=decompose_group_norm,
     reference=reference_group_norm,
     doc=__doc__,

@@ -18,11 +18,40 @@ decomposition casts likewise, so it reproduces the original computation.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
+from onnxopt import reference as ref
 from onnxopt.ir.dtypes import dtype_code, numpy_dtype
 from onnxopt.ir.node import Node
-from onnxopt.ops.base import FusedOp
+from onnxopt.ir.value import Value
+from onnxopt.ops.base import FusedAttrs, FusedOp, Port, optional
+
+
+@dataclass(frozen=True, kw_only=True)
+class NormAttrs(FusedAttrs):
+    """What LayerNormFused and RMSNormFused share: ``epsilon`` (each op has its own default),
+    whether a residual input is folded in, and ``compute_dtype`` ("": X's own)."""
+
+    epsilon: float
+    has_residual: bool = False
+    compute_dtype: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class LayerNormAttrs(NormAttrs):
+    """``LayerNormFused``'s attributes (``axis``: the normalised axis, -1 as rules make it)."""
+
+    epsilon: float = 1e-5
+    axis: int = -1
+
+
+@dataclass(frozen=True, kw_only=True)
+class RMSNormAttrs(NormAttrs):
+    """``RMSNormFused``'s attributes."""
+
+    epsilon: float = 1e-6
 
 
 def builder_opset(b) -> int:
@@ -46,20 +75,28 @@ def scalar(b, value: float, dtype: str | None, hint: str):
     return b.const(np.array(value, numpy_dtype(dtype or "float32")), hint)
 
 
-def _residual_sum(b, node: Node):
+def residual_input(node: Node, attrs: NormAttrs) -> Value | None:
+    """The residual a norm node folds in (None unless ``has_residual`` and the input is given)."""
+    if not attrs.has_residual:
+        return None
+    op = LAYER_NORM if isinstance(attrs, LayerNormAttrs) else RMS_NORM
+    return op.input(node, "residual")
+
+
+def _residual_sum(b, node: Node, attrs: NormAttrs):
     """(v, S): the value to normalise and the sum output (None when there is no residual)."""
     x = node.inputs[0]
-    residual = node.input(_RESIDUAL[node.op_type])
-    if not node.attr("has_residual", 0) or residual is None:
+    residual = residual_input(node, attrs)
+    if residual is None:
         return x, None
     s = b.op("Add", x, residual)
     s.dtype, s.shape = x.dtype, x.shape
     return s, s
 
 
-def _to_compute(b, node: Node, v):
+def _to_compute(b, attrs: NormAttrs, v):
     """Cast ``v`` to the compute dtype when the original did; returns (value, its dtype)."""
-    want = node.attr("compute_dtype", "") or v.dtype
+    want = attrs.compute_dtype or v.dtype
     if want and v.dtype and want != v.dtype:
         return b.op("Cast", v, to=dtype_code(want)), want
     return v, v.dtype
@@ -78,10 +115,11 @@ def _affine_out(b, node: Node, n, n_dtype, gamma, beta):
 
 
 def decompose_layer_norm(b, node: Node):
+    attrs = LayerNormAttrs.of(node)
     gamma, beta = node.input(1), node.input(2)
-    eps = float(node.attr("epsilon", 1e-5))
-    v, s = _residual_sum(b, node)
-    compute = node.attr("compute_dtype", "") or v.dtype
+    eps = attrs.epsilon
+    v, s = _residual_sum(b, node, attrs)
+    compute = attrs.compute_dtype or v.dtype
     out_dtype = node.outputs[0].dtype or v.dtype
     # LayerNormalization keeps X's type and computes its statistics in float32 (stash_type=1,
     # ONNX's default and what the exporters write): exact for float32, close for float16.
@@ -103,7 +141,7 @@ def decompose_layer_norm(b, node: Node):
         inputs = (vc, gamma) if beta is None else (vc, gamma, beta)
         y = b.op("LayerNormalization", *inputs, axis=-1, epsilon=eps, stash_type=1)
     else:
-        vc, dt = _to_compute(b, node, v)
+        vc, dt = _to_compute(b, attrs, v)
         mean = reduce_mean_last(b, vc)
         d = b.op("Sub", vc, mean)
         var = reduce_mean_last(b, b.op("Pow", d, scalar(b, 2.0, dt, "two")))
@@ -121,10 +159,11 @@ def _widened_throughout(v, compute: str, out_dtype: str, gamma, beta) -> bool:
 
 
 def decompose_rms_norm(b, node: Node):
+    attrs = RMSNormAttrs.of(node)
     gamma = node.input(1)
-    eps = float(node.attr("epsilon", 1e-6))
-    v, s = _residual_sum(b, node)
-    vc, dt = _to_compute(b, node, v)
+    eps = attrs.epsilon
+    v, s = _residual_sum(b, node, attrs)
+    vc, dt = _to_compute(b, attrs, v)
     ms = reduce_mean_last(b, b.op("Pow", vc, scalar(b, 2.0, dt, "two")))
     std = b.op("Sqrt", b.op("Add", ms, scalar(b, eps, dt, "epsilon")))
     n = b.op("Mul", vc, b.op("Reciprocal", std))
@@ -132,48 +171,33 @@ def decompose_rms_norm(b, node: Node):
     return [y] if s is None else [y, s]
 
 
-def _sum(x, residual, has_residual):
-    v = np.asarray(x, np.float64)
-    if has_residual and residual is not None:
-        v = v + np.asarray(residual, np.float64)
-    return v
+def reference_layer_norm(x, gamma=None, beta=None, residual=None, **attributes):
+    """LayerNormFused on arrays (attributes as keywords); returns Y, or (Y, S) with a residual,
+    in X's dtype."""
+    attrs = LayerNormAttrs.from_attributes(attributes)
+    y, v = ref.layer_norm(x, gamma, beta, eps=attrs.epsilon,
+                          residual=residual if attrs.has_residual else None)
+    return _finish(y, v, np.asarray(x).dtype, attrs)
 
 
-def _finish(y, x, v, has_residual):
-    dtype = np.asarray(x).dtype
-    return (y.astype(dtype), v.astype(dtype)) if has_residual else y.astype(dtype)
+def reference_rms_norm(x, gamma=None, residual=None, **attributes):
+    """RMSNormFused on arrays (attributes as keywords); returns Y, or (Y, S) with a residual,
+    in X's dtype."""
+    attrs = RMSNormAttrs.from_attributes(attributes)
+    y, v = ref.rms_norm(x, gamma, eps=attrs.epsilon,
+                        residual=residual if attrs.has_residual else None)
+    return _finish(y, v, np.asarray(x).dtype, attrs)
 
 
-def reference_layer_norm(x, gamma=None, beta=None, residual=None, *, epsilon=1e-5,
-                         has_residual=0, **_):
-    """NumPy LayerNorm in float64; returns Y, or (Y, S) with a residual."""
-    v = _sum(x, residual, has_residual)
-    mean = v.mean(axis=-1, keepdims=True)
-    var = ((v - mean) ** 2).mean(axis=-1, keepdims=True)
-    y = (v - mean) / np.sqrt(var + epsilon)
-    if gamma is not None:
-        y = y * np.asarray(gamma, np.float64)
-    if beta is not None:
-        y = y + np.asarray(beta, np.float64)
-    return _finish(y, x, v, has_residual)
+def _finish(y, v, dtype, attrs: NormAttrs):
+    return (y.astype(dtype), v.astype(dtype)) if attrs.has_residual else y.astype(dtype)
 
-
-def reference_rms_norm(x, gamma=None, residual=None, *, epsilon=1e-6, has_residual=0, **_):
-    """NumPy RMSNorm in float64; returns Y, or (Y, S) with a residual."""
-    v = _sum(x, residual, has_residual)
-    y = v / np.sqrt((v * v).mean(axis=-1, keepdims=True) + epsilon)
-    if gamma is not None:
-        y = y * np.asarray(gamma, np.float64)
-    return _finish(y, x, v, has_residual)
-
-
-_RESIDUAL = {"LayerNormFused": 3, "RMSNormFused": 2}
 
 LAYER_NORM = FusedOp(
     name="LayerNormFused",
-    inputs=("X", "gamma?", "beta?", "residual?"),
-    outputs=("Y", "S?"),
-    attrs={"epsilon": 1e-5, "axis": -1, "has_residual": 0, "compute_dtype": ""},
+    inputs=(Port("X"), optional("gamma"), optional("beta"), optional("residual")),
+    outputs=(Port("Y"), optional("S")),
+    attrs=LayerNormAttrs,
     decompose=decompose_layer_norm,
     reference=reference_layer_norm,
     doc=__doc__,
@@ -181,9 +205,9 @@ LAYER_NORM = FusedOp(
 
 RMS_NORM = FusedOp(
     name="RMSNormFused",
-    inputs=("X", "gamma?", "residual?"),
-    outputs=("Y", "S?"),
-    attrs={"epsilon": 1e-6, "has_residual": 0, "compute_dtype": ""},
+    inputs=(Port("X"), optional("gamma"), optional("residual")),
+    outputs=(Port("Y"), optional("S")),
+    attrs=RMSNormAttrs,
     decompose=decompose_rms_norm,
     reference=reference_rms_norm,
     doc=__doc__,

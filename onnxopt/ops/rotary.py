@@ -14,10 +14,22 @@ fused op does not recompute them from positions.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
+from onnxopt import reference as ref
 from onnxopt.ir.node import Node
-from onnxopt.ops.base import FusedOp
+from onnxopt.ops.base import FusedAttrs, FusedOp, Port
+
+
+@dataclass(frozen=True, kw_only=True)
+class RotaryAttrs(FusedAttrs):
+    """``RotaryFused``'s attributes: pairs interleaved (GPT-J) or halves (LLaMA), and how many
+    leading features rotate (0: all)."""
+
+    interleaved: bool = False
+    rotary_dim: int = 0
 
 
 def _slice(b, x, start: int, end: int, step: int = 1):
@@ -39,10 +51,11 @@ def _rotate(b, x, d: int, interleaved: bool):
 
 
 def decompose(b, node: Node):
+    attrs = RotaryAttrs.of(node)
     x, cos, sin = node.inputs[:3]
     head = x.shape[-1]
-    d = node.attr("rotary_dim", 0) or head
-    interleaved = bool(node.attr("interleaved", 0))
+    d = attrs.rotary_dim or head
+    interleaved = attrs.interleaved
     part = x if d == head else _slice(b, x, 0, d)
     if part is not x:
         part.shape = (*x.shape[:-1], d)
@@ -52,24 +65,18 @@ def decompose(b, node: Node):
     return [y]
 
 
-def reference(x, cos, sin, *, interleaved=0, rotary_dim=0, **_):
-    """NumPy RoPE in float64, returned in X's dtype."""
-    x64 = np.asarray(x, np.float64)
-    d = rotary_dim or x64.shape[-1]
-    part, rest = x64[..., :d], x64[..., d:]
-    if interleaved:
-        rot = np.stack([-part[..., 1::2], part[..., 0::2]], axis=-1).reshape(part.shape)
-    else:
-        rot = np.concatenate([-part[..., d // 2:], part[..., :d // 2]], axis=-1)
-    y = part * np.asarray(cos, np.float64) + rot * np.asarray(sin, np.float64)
-    return np.concatenate([y, rest], axis=-1).astype(np.asarray(x).dtype)
+def reference(x, cos, sin, **attributes):
+    """RotaryFused on arrays (attributes as keywords), in X's dtype."""
+    attrs = RotaryAttrs.from_attributes(attributes)
+    y = ref.rotary(x, cos, sin, interleaved=attrs.interleaved, rotary_dim=attrs.rotary_dim)
+    return y.astype(np.asarray(x).dtype)
 
 
 ROTARY = FusedOp(
     name="RotaryFused",
-    inputs=("X", "cos", "sin"),
-    outputs=("Y",),
-    attrs={"interleaved": 0, "rotary_dim": 0},
+    inputs=(Port("X"), Port("cos"), Port("sin")),
+    outputs=(Port("Y"),),
+    attrs=RotaryAttrs,
     decompose=decompose,
     reference=reference,
     doc=__doc__,

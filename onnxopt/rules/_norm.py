@@ -16,7 +16,7 @@ as ``S`` instead of the match being refused for an intermediate used outside.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from onnxopt.ir import symdim as sd
 from onnxopt.ir.dtypes import FLOAT_TYPES, dtype_name
@@ -24,6 +24,7 @@ from onnxopt.ir.node import STANDARD_DOMAINS, Node
 from onnxopt.ir.value import Value
 from onnxopt.legality.predicates import SHAPE_READERS
 from onnxopt.match.pattern import Match
+from onnxopt.ops import NormAttrs
 from onnxopt.refusal import Refusal
 from onnxopt.rules.base import Facts
 
@@ -172,7 +173,7 @@ def norm_facts(residual: Residual | None, beta: Value | None = None) -> NormFact
 
 
 def emit_norm(b, facts: NormFacts, op: str, x: Value, weights: tuple[Value | None, ...],
-              **attrs) -> Value | list[Value]:
+              attrs: NormAttrs) -> Value | list[Value]:
     """Create the fused norm (folding the residual); its Y output, and the sum S as a second
     output of the match where the sum is read elsewhere."""
     res = facts.residual
@@ -180,12 +181,12 @@ def emit_norm(b, facts: NormFacts, op: str, x: Value, weights: tuple[Value | Non
         inputs = [x, *weights]
     else:
         inputs = [res.a, *weights, res.b]
-        attrs["has_residual"] = 1
+        attrs = replace(attrs, has_residual=True)
     while inputs and inputs[-1] is None:
         inputs.pop()
     if res is None or not res.keep_sum:
-        return b.fused(op, *inputs, **attrs)
-    y, s = b.fused(op, *inputs, outputs=2, **attrs)
+        return b.fused(op, *inputs, attrs=attrs)
+    y, s = b.fused(op, *inputs, outputs=2, attrs=attrs)
     s.dtype, s.shape = res.add.output.dtype, res.add.output.shape
     return [y, s]
 

@@ -24,6 +24,7 @@ from onnxopt.ir.dtypes import FLOAT_TYPES
 from onnxopt.legality.mask import MaskInfo, classify_mask
 from onnxopt.legality.predicates import last_axis, not_scalar_constant, reduction_order
 from onnxopt.match.pattern import Builder, Match
+from onnxopt.ops import AttentionAttrs, MaskKind
 from onnxopt.refusal import Refusal
 from onnxopt.rules.base import Facts, Rule
 
@@ -213,13 +214,12 @@ class Attention(Rule):
         if cap:
             scale *= cap
         info = facts.mask_info
-        kind = "none" if mask is None else info.kind
-        out = b.fused("AttentionFused", q, k, m.v, mask, info.padding_input,
-                      num_heads=heads, kv_num_heads=kv_heads,
-                      scale=scale, causal=int(info.causal), mask_kind=kind,
-                      nan_to_zero=int(m.nan_guard is not None), softcap=cap,
-                      head_size=q.shape[-1] if isinstance(q.shape[-1], int) else 0)
-        return out
+        attrs = AttentionAttrs(
+            num_heads=heads, kv_num_heads=kv_heads, scale=scale, causal=info.causal,
+            mask_kind=MaskKind.NONE if mask is None else info.kind,
+            nan_to_zero=m.nan_guard is not None, softcap=cap,
+            head_size=q.shape[-1] if isinstance(q.shape[-1], int) else 0)
+        return b.fused("AttentionFused", q, k, m.v, mask, info.padding_input, attrs=attrs)
 
     def describe(self, m: Match, facts: AttentionFacts) -> str:
         q, k = m.q, m.k

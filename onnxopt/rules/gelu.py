@@ -26,6 +26,7 @@ from onnxopt.ir.dtypes import FLOAT_TYPES
 from onnxopt.ir.node import STANDARD_DOMAINS, Node
 from onnxopt.ir.value import Value
 from onnxopt.match.pattern import Builder, Match
+from onnxopt.ops import GeluAttrs
 from onnxopt.ops.activations import SQRT_2_OVER_PI, SQRT_HALF, TANH_CUBIC
 from onnxopt.rules._norm import feature_shape
 from onnxopt.rules.base import Facts, Rule
@@ -98,11 +99,11 @@ class Gelu(Rule):
         return GeluFacts(absorbed=(bias[2],) if bias else (), bias=bias)
 
     def rewrite(self, b: NodeBuilder, m: Match, facts: GeluFacts):
-        approximate = "tanh" if m.tanh is not None else "none"
+        attrs = GeluAttrs(approximate="tanh" if m.tanh is not None else "none")
         if facts.bias is None:
-            return b.fused("GeluFused", m.x, approximate=approximate)
+            return b.fused("GeluFused", m.x, attrs=attrs)
         x, bias, _ = facts.bias
-        return b.fused("GeluFused", x, bias, approximate=approximate)
+        return b.fused("GeluFused", x, bias, attrs=attrs)
 
     def describe(self, m: Match, facts: GeluFacts) -> str:
         kind = "tanh approximation" if m.tanh is not None else "erf"

@@ -19,7 +19,7 @@ in by ``group_norm_silu`` once the norm is fused.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -29,6 +29,7 @@ from onnxopt.ir.dtypes import FLOAT_TYPES, numpy_dtype
 from onnxopt.ir.node import Node
 from onnxopt.ir.value import Value
 from onnxopt.match.pattern import Builder, Match
+from onnxopt.ops import GroupNormAttrs, SiluAttrs
 from onnxopt.refusal import Refusal
 from onnxopt.rules._norm import ends_later
 from onnxopt.rules.base import Facts, Rule
@@ -316,20 +317,20 @@ class GroupNormSilu(Rule):
 
     def rewrite(self, b: NodeBuilder, m: Match, facts):
         norm = m.norm
-        return b.fused("GroupNormFused", *norm.inputs, groups=norm.attr("groups", 1),
-                       epsilon=norm.attr("epsilon", 1e-5), activation="silu")
+        attrs = replace(GroupNormAttrs.of(norm), activation="silu")
+        return b.fused("GroupNormFused", *norm.inputs, attrs=attrs)
 
     def describe(self, m: Match, facts) -> str:
         return f"SiLU after the GroupNorm of %{m.x.name}"
 
 
 def _no_activation(node: Node) -> Refusal | None:
-    act = node.attr("activation", "")
+    act = GroupNormAttrs.of(node).activation
     return Refusal("already_activated", f"already ends with {act}") if act else None
 
 
 def _plain_silu(node: Node) -> Refusal | None:
-    alpha = node.attr("alpha", 1.0)
+    alpha = SiluAttrs.of(node).alpha
     return None if alpha == 1.0 else Refusal("not_plain_silu",
                                              f"sigmoid scale alpha={alpha:g}: not SiLU")
 
@@ -342,7 +343,8 @@ def emit_group_norm(b: NodeBuilder, x: Value, facts: GroupNormFacts) -> Value:
         weights[0] = b.const(np.ones(len(facts.beta), dtype), "gamma")
     while weights and weights[-1] is None:
         weights.pop()
-    return b.fused("GroupNormFused", x, *weights, groups=facts.groups, epsilon=facts.epsilon)
+    return b.fused("GroupNormFused", x, *weights,
+                   attrs=GroupNormAttrs(groups=facts.groups, epsilon=facts.epsilon))
 
 
 def _shape(shape) -> str:

@@ -19,6 +19,7 @@ from onnxopt.ir.builder import NodeBuilder
 from onnxopt.ir.dtypes import FLOAT_TYPES
 from onnxopt.legality.predicates import last_axis, not_scalar_constant
 from onnxopt.match.pattern import Builder, Match
+from onnxopt.ops import LayerNormAttrs
 from onnxopt.refusal import Refusal
 from onnxopt.rules._norm import (
     REDUCE_READS,
@@ -94,8 +95,8 @@ class LayerNorm(Rule):
 
     def rewrite(self, b: NodeBuilder, m: Match, facts: NormFacts):
         eps = float(m.eps.const.numpy().reshape(-1)[0])
-        return emit_norm(b, facts, "LayerNormFused", m.x, (m.gamma, m.beta), epsilon=eps,
-                         axis=-1, compute_dtype=_compute_dtype(m))
+        attrs = LayerNormAttrs(epsilon=eps, axis=-1, compute_dtype=_compute_dtype(m))
+        return emit_norm(b, facts, "LayerNormFused", m.x, (m.gamma, m.beta), attrs)
 
     def describe(self, m: Match, facts: NormFacts) -> str:
         eps = float(m.eps.const.numpy().reshape(-1)[0])
@@ -135,9 +136,9 @@ class LayerNormOp(Rule):
         x = m.x
         stash = m.ln.attr("stash_type", 1)
         compute = "float32" if stash == 1 else x.dtype
-        return emit_norm(b, facts, "LayerNormFused", x, (m.gamma, m.beta),
-                         epsilon=float(m.ln.attr("epsilon", 1e-5)), axis=-1,
-                         compute_dtype="" if compute == x.dtype else compute)
+        attrs = LayerNormAttrs(epsilon=float(m.ln.attr("epsilon", 1e-5)), axis=-1,
+                               compute_dtype="" if compute == x.dtype else compute)
+        return emit_norm(b, facts, "LayerNormFused", x, (m.gamma, m.beta), attrs)
 
     def describe(self, m: Match, facts: NormFacts) -> str:
         return (f"LayerNormalization, epsilon {m.ln.attr('epsilon', 1e-5):g}"

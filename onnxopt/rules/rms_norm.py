@@ -22,6 +22,7 @@ from onnxopt.ir.dtypes import FLOAT_TYPES
 from onnxopt.ir.node import Node
 from onnxopt.legality.predicates import last_axis, not_scalar_constant
 from onnxopt.match.pattern import Builder, Match
+from onnxopt.ops import RMSNormAttrs
 from onnxopt.refusal import Refusal
 from onnxopt.rules._norm import (
     REDUCE_READS,
@@ -82,9 +83,9 @@ class RMSNorm(Rule):
 
     def rewrite(self, b: NodeBuilder, m: Match, facts: NormFacts):
         compute = m.cast_in.output.dtype if m.cast_in is not None else ""
-        return emit_norm(b, facts, "RMSNormFused", m.x, (m.gamma,),
-                         epsilon=float(m.eps.const.numpy().reshape(-1)[0]),
-                         compute_dtype=compute or "")
+        attrs = RMSNormAttrs(epsilon=float(m.eps.const.numpy().reshape(-1)[0]),
+                             compute_dtype=compute or "")
+        return emit_norm(b, facts, "RMSNormFused", m.x, (m.gamma,), attrs)
 
     def describe(self, m: Match, facts: NormFacts) -> str:
         eps = float(m.eps.const.numpy().reshape(-1)[0])

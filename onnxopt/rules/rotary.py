@@ -16,6 +16,7 @@ from onnxopt.ir.builder import NodeBuilder
 from onnxopt.ir.dtypes import FLOAT_TYPES
 from onnxopt.ir.node import Node
 from onnxopt.match.pattern import Builder, Match
+from onnxopt.ops import RotaryAttrs
 from onnxopt.refusal import Refusal
 from onnxopt.rules.base import Rule
 
@@ -79,7 +80,7 @@ class Rotary(Rule):
         return None
 
     def rewrite(self, b: NodeBuilder, m: Match, facts):
-        return b.fused("RotaryFused", m.x, m.cos, m.sin, interleaved=0, rotary_dim=0)
+        return b.fused("RotaryFused", m.x, m.cos, m.sin, attrs=RotaryAttrs())
 
     def describe(self, m: Match, facts) -> str:
         return f"rotate-half, head size {m.x.shape[-1]}"

@@ -12,6 +12,7 @@ from onnxopt.ir.builder import NodeBuilder
 from onnxopt.ir.dtypes import FLOAT_TYPES
 from onnxopt.legality.predicates import not_scalar_constant
 from onnxopt.match.pattern import Builder, Match
+from onnxopt.ops import SiluAttrs
 from onnxopt.refusal import Refusal
 from onnxopt.rules.base import Rule
 
@@ -33,7 +34,7 @@ class Silu(Rule):
         return None
 
     def rewrite(self, b: NodeBuilder, m: Match, facts):
-        return b.fused("SiluFused", m.x, alpha=_alpha(m))
+        return b.fused("SiluFused", m.x, attrs=SiluAttrs(alpha=_alpha(m)))
 
     def describe(self, m: Match, facts) -> str:
         alpha = _alpha(m)

@@ -11,6 +11,7 @@ from onnxopt.ir import symdim as sd
 from onnxopt.ir.builder import FUSED_DOMAIN, NodeBuilder
 from onnxopt.ir.dtypes import FLOAT_TYPES
 from onnxopt.match.pattern import Builder, Match
+from onnxopt.ops import SiluAttrs, SwiGLUAttrs
 from onnxopt.refusal import Refusal
 from onnxopt.rules.base import Rule
 
@@ -24,9 +25,7 @@ class SwiGLU(Rule):
     def pattern(self, p: Builder):
         gate = p.var("gate", dtype=FLOAT_TYPES)
         silu = p.any(p.op("SiluFused", gate, domain=FUSED_DOMAIN, name="silu",
-                          check=lambda n: None if n.attr("alpha", 1.0) == 1.0
-                          else Refusal("not_plain_silu",
-                                       f"sigmoid scale alpha={n.attr('alpha'):g}: not SiLU")),
+                          check=_plain_silu),
                      p.Mul(gate, p.Sigmoid(gate), name="silu"))
         return p.Mul(silu, p.var("up", dtype=FLOAT_TYPES))
 
@@ -45,10 +44,16 @@ class SwiGLU(Rule):
         return None
 
     def rewrite(self, b: NodeBuilder, m: Match, facts):
-        return b.fused("SwiGLUFused", m.gate, m.up)
+        return b.fused("SwiGLUFused", m.gate, m.up, attrs=SwiGLUAttrs())
 
     def describe(self, m: Match, facts) -> str:
         return "after SiluFused" if m.silu.domain == FUSED_DOMAIN else "raw x·sigmoid(x)"
+
+
+def _plain_silu(node) -> Refusal | None:
+    alpha = SiluAttrs.of(node).alpha
+    return None if alpha == 1.0 else Refusal("not_plain_silu",
+                                             f"sigmoid scale alpha={alpha:g}: not SiLU")
 
 
 def _shape(shape) -> str:

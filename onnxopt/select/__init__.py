@@ -43,10 +43,16 @@ class SelectReport:
         return sorted({lib for s in self.selections
                        if (lib := getattr(s.chosen, "runtime_library", None))})
 
+    def assumptions(self) -> dict[str, str]:
+        """What each chosen kernel that is not exact for every input assumes, by kernel."""
+        return {s.chosen.name: s.chosen.assumes for s in self.selections if s.chosen.assumes}
+
     def to_json(self) -> dict:
         data = {"chosen": self.chosen_counts(), "nodes": [s.to_json() for s in self.selections]}
         if self.runtime_libraries():
             data["runtime_libraries"] = self.runtime_libraries()
+        if self.assumptions():
+            data["assumptions"] = dict(sorted(self.assumptions().items()))
         if self.tune_cache:
             data["tuning"] = {"cache": self.tune_cache, "signatures_timed": self.tuned}
         return data

@@ -7,20 +7,22 @@ from onnxopt.ir.edit import remove_if_dead, replace_value
 from onnxopt.ir.model import Model
 from onnxopt.ir.node import Node
 from onnxopt.legality.target import Target
+from onnxopt.ops import attributes_of
 from onnxopt.select import layout
-from onnxopt.select.kernel import Kernel
+from onnxopt.select.kernel import Kernel, Layout
 
 
 def bind(model: Model, node: Node, kernel: Kernel, target: Target) -> list[Node]:
     """Replace ``node`` by ``kernel``'s emitted nodes; returns them.
 
-    The builder carries the model's opset (decompositions spell ops for it), and
-    the kernel's other domains are added to the model's opset imports.
+    The kernel is handed the node's attribute record; the builder carries the model's opset
+    (decompositions spell ops for it), and the kernel's other domains are added to the
+    model's opset imports.
     """
     graph = node.graph or model.graph
     b = NodeBuilder(graph, node, f"select:{kernel.name}", opset=model.opset)
-    outputs = kernel.emit(b, node, target)
-    if kernel.layout == "BSH":
+    outputs = kernel.emit(b, node, attributes_of(node), target)
+    if kernel.layout == Layout.BSH:
         outputs = layout.unpacked_outputs(b, node, *outputs)
     for emitted in b.nodes:
         _drop_trailing_omitted_inputs(graph, emitted)

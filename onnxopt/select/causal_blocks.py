@@ -53,10 +53,13 @@ from onnxopt.ir.node import Attr, Node
 from onnxopt.ir.tensor import LazyTensor
 from onnxopt.ir.value import Value
 from onnxopt.legality.mask import MASKED
+from onnxopt.legality.target import Target
+from onnxopt.ops import AttentionAttrs
 from onnxopt.ops.norms import reduce_last
+from onnxopt.refusal import Refusal, refusal
 from onnxopt.select._emit import i64, zero_nan
 from onnxopt.select.decompose import lean_attention
-from onnxopt.select.kernel import CPU, Kernel
+from onnxopt.select.kernel import CPU, Backend, Kernel
 from onnxopt.select.registry import register_loader
 
 # (fewest queries, blocks): more blocks pay once the sequence is long enough.
@@ -65,23 +68,24 @@ MIN_SEQUENCE = TIERS[0][0]
 INT64_MAX = (1 << 63) - 1
 
 
-def _requires(node: Node, target) -> str | None:
-    if not node.attr("causal", 0):
-        return "needs a mask proved causal"
+def _requires(node: Node, attrs: AttentionAttrs, target: Target) -> Refusal | None:
+    if not attrs.causal:
+        return refusal("mask_not_causal", "needs a mask proved causal")
     q, k, v = node.inputs[:3]
     if any(x.rank != 4 for x in (q, k, v)):
-        return "needs rank-4 Q, K and V in BNSH layout"
+        return refusal("not_bnsh", "needs rank-4 Q, K and V in BNSH layout")
     mask = node.input(3)
     if mask is None or mask.rank is None or mask.rank < 2:
-        return "needs the additive mask as an input of rank 2 or more"
+        return refusal("no_mask_input", "needs the additive mask as an input of rank 2 or more")
     queries = q.shape[-2]
     if isinstance(queries, int) and queries < MIN_SEQUENCE:
-        return (f"the model has {queries} queries, fewer than the {MIN_SEQUENCE} from which "
-                "the blocks run")
+        return refusal("too_few_queries", f"the model has {queries} queries, fewer than the "
+                       f"{MIN_SEQUENCE} from which the blocks run", q.name)
     rows = position_table_rows(node.graph.root(), queries) if node.graph is not None else None
     if rows is not None and rows < MIN_SEQUENCE:
-        return (f"{queries} is at most {rows} (its positions index a table of {rows} rows), "
-                f"fewer than the {MIN_SEQUENCE} queries from which the blocks run")
+        return refusal("too_few_positions", f"{queries} is at most {rows} (its positions index "
+                       f"a table of {rows} rows), fewer than the {MIN_SEQUENCE} queries from "
+                       "which the blocks run", q.name)
     return None
 
 
@@ -131,7 +135,7 @@ def _counts_from_zero_to(indices: Value | None, dim: str) -> bool:
     return False
 
 
-def _emit(b: NodeBuilder, node: Node, target) -> list[Value]:
+def _emit(b: NodeBuilder, node: Node, attrs: AttentionAttrs, target: Target) -> list[Value]:
     q, k, v = node.inputs[:3]
     mask = node.input(3)
     dtype = q.dtype or "float32"
@@ -146,13 +150,14 @@ def _emit(b: NodeBuilder, node: Node, target) -> list[Value]:
         count = b.op("Where", b.op("Less", sq, i64(b, [fewest], "tier_seq")), count,
                      i64(b, [blocks], "blocks"))
     count = b.op("Where", take_blocks, count, i64(b, [1], "one_block"))  # one block: whole rows
-    out = _looped(b, node, q, k, v, mask, sq, skv, count)
-    if node.attr("nan_to_zero", 0):
+    out = _looped(b, node, attrs, q, k, v, mask, sq, skv, count)
+    if attrs.nan_to_zero:
         out = zero_nan(b, out, dtype)
     return [out]
 
 
-def _looped(b: NodeBuilder, node: Node, q, k, v, mask, sq, skv, count: Value) -> Value:
+def _looped(b: NodeBuilder, node: Node, attrs: AttentionAttrs, q, k, v, mask, sq, skv,
+            count: Value) -> Value:
     """The queries in ``count`` row blocks, one per iteration of a Loop whose body holds the
     one copy of the attention: block ``i`` sees the keys up to its last row, and its rows are
     appended to the result."""
@@ -188,7 +193,7 @@ def _looped(b: NodeBuilder, node: Node, q, k, v, mask, sq, skv, count: Value) ->
         block.dtype, block.shape = whole.dtype, _rows_unknown(whole.shape)
     m_block = body.op("Slice", mask, body.op("Concat", start, zero, axis=0),
                       body.op("Concat", end, key_end, axis=0), i64(b, [-2, -1], "mask_axes"))
-    rows = lean_attention(body, node, q_block, k_block, v_block, m_block)
+    rows = lean_attention(body, node, attrs, q_block, k_block, v_block, m_block)
     body.graph.set_outputs([body.op("Identity", go_on),
                             body.op("Concat", done, rows, axis=-2)])
 
@@ -240,7 +245,7 @@ def _rows_unknown(shape):
 def causal_block_kernels() -> list[Kernel]:
     return [Kernel(
         name="decompose.AttentionFused.causal_blocks", implements="AttentionFused",
-        backend="decompose", emit=_emit, providers=CPU, min_opset=13, requires=_requires,
+        backend=Backend.DECOMPOSE, emit=_emit, providers=CPU, min_opset=13, requires=_requires,
         cost=0.9, switch_seq=MIN_SEQUENCE,
         notes="causal attention in query blocks, masked keys skipped (a Loop over one copy: "
               f"at least {MIN_SEQUENCE} queries and a visible key in every mask row; "

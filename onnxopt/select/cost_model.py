@@ -18,7 +18,8 @@ from __future__ import annotations
 
 from onnxopt.ir.node import Node
 from onnxopt.legality.target import Target
-from onnxopt.select.kernel import Kernel
+from onnxopt.ops import AttentionAttrs, NormAttrs, attributes_of
+from onnxopt.select.kernel import Backend, Kernel
 from onnxopt.select.shapes import Binding
 
 CPU = "CPUExecutionProvider"
@@ -89,14 +90,15 @@ def size_bucket(elements: int) -> str:
 def features(node: Node, binding: Binding) -> tuple[str, ...]:
     """What the table distinguishes for this node, most significant first."""
     feats: list[str] = []
-    if node.op_type in ("LayerNormFused", "RMSNormFused") and node.attr("has_residual", 0):
+    attrs = attributes_of(node)
+    if isinstance(attrs, NormAttrs) and attrs.has_residual:
         feats.append("residual")
         if len(node.outputs) > 1 and (node.outputs[1].num_uses or node.outputs[1].is_graph_output):
             feats.append("sum_out")
-    if node.op_type == "AttentionFused":
-        if node.attr("nan_to_zero", 0):
+    if isinstance(attrs, AttentionAttrs):
+        if attrs.nan_to_zero:
             feats.append("nan_guard")
-        if node.attr("kv_num_heads", 0) not in (0, node.attr("num_heads", 0)):
+        if attrs.grouped_query:
             feats.append("grouped")
         q, k = node.inputs[0], node.inputs[1]
         qs, ks = binding.shape(q.shape), binding.shape(k.shape)
@@ -118,7 +120,7 @@ def np_prod(dims) -> int:
 
 def estimate(kernel: Kernel, node: Node, target: Target, binding: Binding) -> float:
     """The kernel's time relative to the decomposition (most specific table entry wins)."""
-    if kernel.backend == "decompose" and kernel.name == f"decompose.{node.op_type}":
+    if kernel.backend == Backend.DECOMPOSE and kernel.name == f"decompose.{node.op_type}":
         return 1.0
     feats = features(node, binding)
     for n in range(len(feats), -1, -1):

@@ -31,8 +31,11 @@ from onnxopt.ir import symdim as sd
 from onnxopt.ir.dtypes import numpy_dtype
 from onnxopt.ir.node import Node
 from onnxopt.legality.target import Target
+from onnxopt.ops import AttentionAttrs
+from onnxopt.refusal import Refusal, refusal
+from onnxopt.select._checks import no_softcap
 from onnxopt.select._emit import i64, scalar, zero_nan
-from onnxopt.select.kernel import BOTH_PROVIDERS, MS_DOMAIN, Kernel
+from onnxopt.select.kernel import BOTH_PROVIDERS, MS_DOMAIN, Backend, Kernel, Layout
 from onnxopt.select.layout import packed_heads
 from onnxopt.select.registry import register_loader
 
@@ -44,44 +47,47 @@ def _shapes(node: Node):
     return q.shape, k.shape, v.shape
 
 
-def _bnsh(node: Node) -> str | None:
+def _bnsh(node: Node) -> Refusal | None:
     """Rank-4 BNSH inputs with static heads and head sizes."""
     q, k, v = node.inputs[:3]
     if q.rank != 4 or k.rank != 4 or v.rank != 4:
-        return f"needs rank-4 [B, H, S, D] inputs; %{q.name} has rank {q.rank}"
+        return refusal("not_bnsh", f"needs rank-4 [B, H, S, D] inputs; %{q.name} has rank "
+                       f"{q.rank}", q.name)
     for value in (q, k, v):
         if not isinstance(value.shape[1], int) or not isinstance(value.shape[3], int):
-            return f"%{value.name}: heads and head size must be static, got {list(value.shape)}"
+            return refusal("dynamic_heads", f"%{value.name}: heads and head size must be "
+                           f"static, got {list(value.shape)}", value.name)
     return None
 
 
-def _mask_dtype(node: Node) -> str | None:
+def _mask_dtype(node: Node) -> Refusal | None:
     mask, q = node.input(3), node.inputs[0]
     if mask is not None and mask.dtype != q.dtype:
-        return f"%{mask.name}: the additive mask is {mask.dtype}, the queries {q.dtype}"
+        return refusal("mask_dtype", f"%{mask.name}: the additive mask is {mask.dtype}, the "
+                       f"queries {q.dtype}", mask.name)
     return None
 
 
-def _no_softcap(node: Node) -> str | None:
-    cap = node.attr("softcap", 0.0)
-    return f"does not soft-cap the scores (the node caps them at {cap:g})" if cap else None
+def _mask_rank(node: Node) -> Refusal | None:
+    mask = node.input(3)
+    if mask is not None and (mask.shape is None or len(mask.shape) > 4):
+        return refusal("mask_shape", f"%{mask.name}: the mask's shape is unknown or of rank > 4",
+                       mask.name)
+    return None
 
 
 def _mha_requires(repeat_kv: bool):
-    def requires(node: Node, target: Target) -> str | None:
-        if reason := _bnsh(node) or _mask_dtype(node) or _no_softcap(node):
+    def requires(node: Node, attrs: AttentionAttrs, target: Target) -> Refusal | None:
+        if reason := _bnsh(node) or _mask_dtype(node) or no_softcap(attrs):
             return reason
         (_, h, _, _), (_, hk, _, _), (_, hv, _, _) = _shapes(node)
         if h != hk or h != hv:
             if not repeat_kv:
-                return (f"needs as many key/value heads as query heads; K/V have {hk}, Q {h} "
-                        "(grouped-query attention)")
+                return refusal("grouped_query_not_supported", "needs as many key/value heads "
+                               f"as query heads; K/V have {hk}, Q {h} (grouped-query attention)")
         elif repeat_kv:
-            return "no grouped-query heads to repeat"
-        mask = node.input(3)
-        if mask is not None and (mask.shape is None or len(mask.shape) > 4):
-            return f"%{mask.name}: the mask's shape is unknown or of rank > 4"
-        return None
+            return refusal("no_heads_to_repeat", "no grouped-query heads to repeat")
+        return _mask_rank(node)
     return requires
 
 
@@ -112,7 +118,7 @@ def _repeat_heads(b, x, kv_heads: int, rep: int):
 
 
 def _emit_mha(repeat_kv: bool):
-    def emit(b, node: Node, target: Target):
+    def emit(b, node: Node, attrs: AttentionAttrs, target: Target):
         q, k, v = node.inputs[:3]
         heads, head_size = q.shape[1], q.shape[3]
         if repeat_kv:
@@ -121,31 +127,29 @@ def _emit_mha(repeat_kv: bool):
             v = _repeat_heads(b, v, v.shape[1], rep)
         out = b.op("MultiHeadAttention", packed_heads(b, q, heads, head_size), k, v, None, None,
                    attention_bias(b, node), domain=MS_DOMAIN, num_heads=heads,
-                   scale=float(node.attr("scale", 1.0)))
-        if node.attr("nan_to_zero", 0):
+                   scale=attrs.scale)
+        if attrs.nan_to_zero:
             out = zero_nan(b, out, q.dtype)
         return [out]  # packed [B, S, H*Dv]: the kernel's layout is BSH
     return emit
 
 
-def _attention23_requires(node: Node, target: Target) -> str | None:
-    if node.attr("softcap", 0.0) and target.ort_version < (1, 31):
-        return ("soft-caps before the mask as AttentionFused does only as checked with ONNX "
-                "Runtime 1.31; the target is older")
-    mask = node.input(3)
-    if mask is not None and (mask.shape is None or len(mask.shape) > 4):
-        return f"%{mask.name}: the mask's shape is unknown or of rank > 4"
-    return _bnsh(node) or _mask_dtype(node)
+def _attention23_requires(node: Node, attrs: AttentionAttrs, target: Target
+                          ) -> Refusal | None:
+    if attrs.softcap and target.ort_version < (1, 31):
+        return refusal("softcap_unchecked", "soft-caps before the mask as AttentionFused does "
+                       "only as checked with ONNX Runtime 1.31; the target is older")
+    return _mask_rank(node) or _bnsh(node) or _mask_dtype(node)
 
 
-def _emit_attention23(b, node: Node, target: Target):
+def _emit_attention23(b, node: Node, attrs: AttentionAttrs, target: Target):
     q, k, v = node.inputs[:3]
     # ORT's Attention wants the mask's query rows spelled out (no broadcast over them), as
     # MultiHeadAttention does: a scalar, per-key or per-batch bias is expanded to [.., S, L].
-    caps = {"softcap": float(cap)} if (cap := node.attr("softcap", 0.0)) else {}
+    caps = {"softcap": attrs.softcap} if attrs.softcap else {}
     out = b.op("Attention", q, k, v, _above_lowest(b, attention_bias(b, node), q.dtype),
-               scale=float(node.attr("scale", 1.0)), **caps)
-    if node.attr("nan_to_zero", 0):
+               scale=attrs.scale, **caps)
+    if attrs.nan_to_zero:
         out = zero_nan(b, out, q.dtype)
     return [out]
 
@@ -168,42 +172,44 @@ def _above_lowest(b, mask, dtype: str | None):
                 scalar(b, float(above), dtype, "above_lowest"), mask)
 
 
-def _gqa_requires(node: Node, target: Target) -> str | None:
-    return ("applies its own causal mask from per-batch key lengths (seqlens_k) to BSNH "
-            "inputs; AttentionFused carries an exact additive mask")
+def _gqa_requires(node: Node, attrs: AttentionAttrs, target: Target) -> Refusal | None:
+    return refusal("contract_mismatch", "applies its own causal mask from per-batch key "
+                   "lengths (seqlens_k) to BSNH inputs; AttentionFused carries an exact "
+                   "additive mask")
 
 
-def _contrib_attention_requires(node: Node, target: Target) -> str | None:
-    return ("takes the hidden state and packed QKV projection weights; AttentionFused "
-            "starts after the projections")
+def _contrib_attention_requires(node: Node, attrs: AttentionAttrs, target: Target
+                                ) -> Refusal | None:
+    return refusal("contract_mismatch", "takes the hidden state and packed QKV projection "
+                   "weights; AttentionFused starts after the projections")
 
 
-def _never(b, node, target):  # pragma: no cover - never legal, so never emitted
+def _never(b, node, attrs, target):  # pragma: no cover - never legal, so never emitted
     raise AssertionError("this kernel is never selected")
 
 
 def kernels() -> list[Kernel]:
     ms = {MS_DOMAIN: 1}
     return [
-        Kernel(name="ort.MultiHeadAttention", implements="AttentionFused", backend="ort",
+        Kernel(name="ort.MultiHeadAttention", implements="AttentionFused", backend=Backend.ORT,
                emit=_emit_mha(False), dtypes=FLOAT_HALF,
                providers=BOTH_PROVIDERS, opsets=ms, min_ort=(1, 17),
-               requires=_mha_requires(False), cost=1.0, layout="BSH",
+               requires=_mha_requires(False), cost=1.0, layout=Layout.BSH,
                notes="com.microsoft; Q as [B,S,H*D], K/V BNSH as they are, exact mask as "
                      "attention_bias; NaN guard on the output"),
         Kernel(name="ort.MultiHeadAttention.repeat_kv", implements="AttentionFused",
-               backend="ort", emit=_emit_mha(True), dtypes=FLOAT_HALF,
+               backend=Backend.ORT, emit=_emit_mha(True), dtypes=FLOAT_HALF,
                providers=BOTH_PROVIDERS, opsets=ms,
-               min_ort=(1, 17), requires=_mha_requires(True), cost=1.1, layout="BSH",
+               min_ort=(1, 17), requires=_mha_requires(True), cost=1.1, layout=Layout.BSH,
                notes="grouped-query attention with K/V heads repeated (Expand) for MHA"),
-        Kernel(name="onnx.Attention-23", implements="AttentionFused", backend="ort",
+        Kernel(name="onnx.Attention-23", implements="AttentionFused", backend=Backend.ORT,
                emit=_emit_attention23, dtypes=FLOAT_HALF, providers=BOTH_PROVIDERS,
                min_opset=23, min_ort=(1, 23), requires=_attention23_requires, cost=1.0,
                notes="ONNX Attention: BNSH as is, additive mask, GQA native"),
-        Kernel(name="ort.GroupQueryAttention", implements="AttentionFused", backend="ort",
+        Kernel(name="ort.GroupQueryAttention", implements="AttentionFused", backend=Backend.ORT,
                emit=_never, dtypes=FLOAT_HALF, providers=BOTH_PROVIDERS, opsets=ms,
                requires=_gqa_requires, notes="causal-with-seqlens only"),
-        Kernel(name="ort.Attention", implements="AttentionFused", backend="ort", emit=_never,
+        Kernel(name="ort.Attention", implements="AttentionFused", backend=Backend.ORT, emit=_never,
                dtypes=FLOAT_HALF, providers=BOTH_PROVIDERS, opsets=ms,
                requires=_contrib_attention_requires, notes="packed QKV projection + attention"),
     ]

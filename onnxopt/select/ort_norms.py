@@ -31,45 +31,45 @@ import numpy as np
 
 from onnxopt.ir.node import Node
 from onnxopt.legality.target import Target
+from onnxopt.ops import LayerNormAttrs, NormAttrs
+from onnxopt.ops.norms import residual_input
+from onnxopt.refusal import Refusal, refusal
 from onnxopt.select._emit import i64, ones, scalar
-from onnxopt.select.kernel import BOTH_PROVIDERS, MS_DOMAIN, Kernel
+from onnxopt.select.kernel import BOTH_PROVIDERS, MS_DOMAIN, Backend, Kernel
 from onnxopt.select.registry import register_loader
 
 FLOAT_HALF = frozenset({"float32", "float16"})
-_RESIDUAL = {"LayerNormFused": 3, "RMSNormFused": 2}
 
 
-def _residual(node: Node):
-    if not node.attr("has_residual", 0):
-        return None
-    return node.input(_RESIDUAL[node.op_type])
-
-
-def _compute_matches(node: Node, target: Target) -> str | None:
+def _compute_matches(node: Node, attrs: NormAttrs, target: Target) -> Refusal | None:
     """The fused ORT ops compute in float32 and keep X's type: the model must do the same."""
     x = node.inputs[0]
-    compute = node.attr("compute_dtype", "") or x.dtype
+    compute = attrs.compute_dtype or x.dtype
     out = node.outputs[0].dtype or x.dtype
     if out != x.dtype:
-        return f"the norm's output is {out} but its input {x.dtype}; the ORT op keeps the type"
+        return refusal("output_dtype_differs", f"the norm's output is {out} but its input "
+                       f"{x.dtype}; the ORT op keeps the type", x.name)
     if compute != x.dtype:
-        return (f"the model computes the norm of {x.dtype} %{x.name} in {compute} and rounds "
-                "back before the weight; the ORT op applies the weight before rounding")
-    if node.op_type == "LayerNormFused" and node.attr("axis", -1) not in (-1, (x.rank or 0) - 1):
-        return f"normalises axis {node.attr('axis')}, not the last"
+        return refusal("compute_dtype_differs", f"the model computes the norm of {x.dtype} "
+                       f"%{x.name} in {compute} and rounds back before the weight; the ORT op "
+                       "applies the weight before rounding", x.name)
+    if isinstance(attrs, LayerNormAttrs) and attrs.axis not in (-1, (x.rank or 0) - 1):
+        return refusal("not_last_axis", f"normalises axis {attrs.axis}, not the last")
     if x.shape is None or not isinstance(x.shape[-1], int):
-        return f"%{x.name}: the normalised dimension is not a known size"
+        return refusal("hidden_size_unknown", f"%{x.name}: the normalised dimension is not a "
+                       "known size", x.name)
     return None
 
 
-def _needs_residual(node: Node, target: Target) -> str | None:
-    if reason := _compute_matches(node, target):
+def _needs_residual(node: Node, attrs: NormAttrs, target: Target) -> Refusal | None:
+    if reason := _compute_matches(node, attrs, target):
         return reason
-    if _residual(node) is None:
-        return "fuses a residual Add; the node has none"
-    x, skip = node.inputs[0], _residual(node)
+    x, skip = node.inputs[0], residual_input(node, attrs)
+    if skip is None:
+        return refusal("no_residual", "fuses a residual Add; the node has none")
     if x.rank not in (2, 3) or skip.shape != x.shape:
-        return f"needs a 2-D or 3-D input and a residual of its shape; %{x.name} is {x.shape}"
+        return refusal("residual_shape", "needs a 2-D or 3-D input and a residual of its shape; "
+                       f"%{x.name} is {x.shape}", x.name)
     return None
 
 
@@ -81,9 +81,9 @@ def _gamma(b, node: Node):
     return gamma
 
 
-def _sum(b, node: Node, op: str):
+def _sum(b, node: Node, attrs: NormAttrs, op: str):
     """(value to normalise, the sum output or None)."""
-    residual = _residual(node)
+    residual = residual_input(node, attrs)
     if residual is None:
         return node.inputs[0], None
     s = b.op(op, node.inputs[0], residual)
@@ -97,18 +97,18 @@ def _with_sum(node: Node, y, s):
 # ----------------------------------------------------------------------------- LayerNorm
 
 
-def _emit_layer_norm(b, node: Node, target: Target):
-    v, s = _sum(b, node, "Sum")
+def _emit_layer_norm(b, node: Node, attrs: NormAttrs, target: Target):
+    v, s = _sum(b, node, attrs, "Sum")
     beta = node.input(2)
     y = b.op("LayerNormalization", v, _gamma(b, node), beta, axis=-1,
-             epsilon=float(node.attr("epsilon", 1e-5)), stash_type=1)
+             epsilon=attrs.epsilon, stash_type=1)
     return _with_sum(node, y, s)
 
 
-def _emit_skip_layer_norm(b, node: Node, target: Target):
+def _emit_skip_layer_norm(b, node: Node, attrs: NormAttrs, target: Target):
     beta = node.input(2)
-    outs = b.op("SkipLayerNormalization", node.inputs[0], _residual(node), _gamma(b, node),
-                beta, domain=MS_DOMAIN, epsilon=float(node.attr("epsilon", 1e-5)),
+    outs = b.op("SkipLayerNormalization", node.inputs[0], residual_input(node, attrs),
+                _gamma(b, node), beta, domain=MS_DOMAIN, epsilon=attrs.epsilon,
                 outputs=4 if len(node.outputs) > 1 else 1)
     return [outs[0], outs[3]] if len(node.outputs) > 1 else [outs]
 
@@ -116,77 +116,79 @@ def _emit_skip_layer_norm(b, node: Node, target: Target):
 # ----------------------------------------------------------------------------- RMSNorm
 
 
-def _emit_rms_fusable(b, node: Node, target: Target):
-    v, s = _sum(b, node, "Add")
+def _emit_rms_fusable(b, node: Node, attrs: NormAttrs, target: Target):
+    v, s = _sum(b, node, attrs, "Add")
     x = node.inputs[0]
     two = scalar(b, 2.0, x.dtype, "two")
     ms = b.op("ReduceMean", b.op("Pow", v, two), i64(b, [-1], "axes"), keepdims=1)
-    std = b.op("Sqrt", b.op("Add", ms, scalar(b, float(node.attr("epsilon", 1e-6)), x.dtype, "eps")))
+    std = b.op("Sqrt", b.op("Add", ms, scalar(b, attrs.epsilon, x.dtype, "eps")))
     y = b.op("Mul", b.op("Div", v, std), _gamma(b, node))
     return _with_sum(node, y, s)
 
 
-def _rms_fusable_requires(node: Node, target: Target) -> str | None:
-    if reason := _compute_matches(node, target):
+def _rms_fusable_requires(node: Node, attrs: NormAttrs, target: Target) -> Refusal | None:
+    if reason := _compute_matches(node, attrs, target):
         return reason
     gamma = node.input(1)
     if gamma is None or (gamma.const is not None and gamma.const.size <= 1 << 16
                          and np.all(gamma.const.numpy() == 1)):
         # ORT's fusion needs the weight's Mul, and normalization removes a Mul by ones
-        return "ORT fuses the spelling only with its weight Mul, and the weight is all ones"
+        return refusal("weight_all_ones", "ORT fuses the spelling only with its weight Mul, "
+                       "and the weight is all ones")
     return None
 
 
-def _not_standard(node: Node, target: Target) -> str | None:
-    return ("ORT registers it in the ONNX domain, where it is no standard op: the model would "
-            "fail the ONNX checker (decompose.RMSNormFused.ort_fusable makes ORT create it)")
+def _not_standard(node: Node, attrs: NormAttrs, target: Target) -> Refusal | None:
+    return refusal("not_a_standard_op", "ORT registers it in the ONNX domain, where it is no "
+                   "standard op: the model would fail the ONNX checker "
+                   "(decompose.RMSNormFused.ort_fusable makes ORT create it)")
 
 
-def _emit_simplified(b, node: Node, target: Target):
-    v, s = _sum(b, node, "Add")
+def _emit_simplified(b, node: Node, attrs: NormAttrs, target: Target):
+    v, s = _sum(b, node, attrs, "Add")
     y = b.op("SimplifiedLayerNormalization", v, _gamma(b, node), axis=-1,
-             epsilon=float(node.attr("epsilon", 1e-6)), stash_type=1)
+             epsilon=attrs.epsilon, stash_type=1)
     return _with_sum(node, y, s)
 
 
-def _emit_skip_simplified(b, node: Node, target: Target):
-    outs = b.op("SkipSimplifiedLayerNormalization", node.inputs[0], _residual(node),
-                _gamma(b, node), domain=MS_DOMAIN, epsilon=float(node.attr("epsilon", 1e-6)),
+def _emit_skip_simplified(b, node: Node, attrs: NormAttrs, target: Target):
+    outs = b.op("SkipSimplifiedLayerNormalization", node.inputs[0], residual_input(node, attrs),
+                _gamma(b, node), domain=MS_DOMAIN, epsilon=attrs.epsilon,
                 outputs=4 if len(node.outputs) > 1 else 1)
     return [outs[0], outs[3]] if len(node.outputs) > 1 else [outs]
 
 
-def _emit_rms23(b, node: Node, target: Target):
-    v, s = _sum(b, node, "Add")
+def _emit_rms23(b, node: Node, attrs: NormAttrs, target: Target):
+    v, s = _sum(b, node, attrs, "Add")
     y = b.op("RMSNormalization", v, _gamma(b, node), axis=-1,
-             epsilon=float(node.attr("epsilon", 1e-6)), stash_type=1)
+             epsilon=attrs.epsilon, stash_type=1)
     return _with_sum(node, y, s)
 
 
 def kernels() -> list[Kernel]:
     ms = {MS_DOMAIN: 1}
     return [
-        Kernel(name="onnx.LayerNormalization-17", implements="LayerNormFused", backend="ort",
+        Kernel(name="onnx.LayerNormalization-17", implements="LayerNormFused", backend=Backend.ORT,
                emit=_emit_layer_norm, dtypes=FLOAT_HALF, providers=BOTH_PROVIDERS,
                min_opset=17, requires=_compute_matches, cost=0.9,
                notes="residual added with Sum (ORT would turn Add into SkipLayerNormalization)"),
-        Kernel(name="ort.SkipLayerNormalization", implements="LayerNormFused", backend="ort",
+        Kernel(name="ort.SkipLayerNormalization", implements="LayerNormFused", backend=Backend.ORT,
                emit=_emit_skip_layer_norm, dtypes=FLOAT_HALF, providers=BOTH_PROVIDERS,
                opsets=ms, requires=_needs_residual, cost=1.0,
                notes="com.microsoft; X + skip then LayerNorm, the sum as output 3"),
         Kernel(name="decompose.RMSNormFused.ort_fusable", implements="RMSNormFused",
-               backend="decompose", emit=_emit_rms_fusable, dtypes=FLOAT_HALF,
+               backend=Backend.DECOMPOSE, emit=_emit_rms_fusable, dtypes=FLOAT_HALF,
                providers=BOTH_PROVIDERS, requires=_rms_fusable_requires, cost=0.6,
                notes="standard ops in the spelling ORT fuses into SimplifiedLayerNormalization"),
         Kernel(name="ort.SimplifiedLayerNormalization", implements="RMSNormFused",
-               backend="ort", emit=_emit_simplified, dtypes=FLOAT_HALF,
+               backend=Backend.ORT, emit=_emit_simplified, dtypes=FLOAT_HALF,
                providers=BOTH_PROVIDERS, requires=_not_standard, cost=0.6,
                notes="RMSNorm; ORT registers it in the ONNX domain, not a standard op"),
         Kernel(name="ort.SkipSimplifiedLayerNormalization", implements="RMSNormFused",
-               backend="ort", emit=_emit_skip_simplified, dtypes=FLOAT_HALF,
+               backend=Backend.ORT, emit=_emit_skip_simplified, dtypes=FLOAT_HALF,
                providers=BOTH_PROVIDERS, opsets=ms, requires=_needs_residual, cost=1.0,
                notes="com.microsoft; X + skip then RMSNorm, the sum as output 3"),
-        Kernel(name="onnx.RMSNormalization-23", implements="RMSNormFused", backend="ort",
+        Kernel(name="onnx.RMSNormalization-23", implements="RMSNormFused", backend=Backend.ORT,
                emit=_emit_rms23, dtypes=FLOAT_HALF, providers=BOTH_PROVIDERS, min_opset=23,
                min_ort=(1, 23), requires=_compute_matches, cost=0.7,
                notes="ONNX RMSNormalization"),

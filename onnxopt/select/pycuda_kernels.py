@@ -45,12 +45,27 @@ from onnxopt.ir import symdim as sd
 from onnxopt.ir.dtypes import numpy_dtype
 from onnxopt.ir.node import Node
 from onnxopt.legality.target import Target
+from onnxopt.ops import (
+    ATTENTION,
+    FUSED_OPS,
+    AttentionAttrs,
+    GeluAttrs,
+    GroupNormAttrs,
+    LayerNormAttrs,
+    MaskKind,
+    NormAttrs,
+    SwiGLUAttrs,
+)
+from onnxopt.ops.norms import residual_input
+from onnxopt.refusal import Refusal, refusal
 from onnxopt.runtime.cuda import DOMAIN, OPSET, attention, devices, metadata, norms
-from onnxopt.select.kernel import Kernel
+from onnxopt.select._checks import no_softcap
+from onnxopt.select.kernel import Backend, Kernel, Requires
 from onnxopt.select.registry import register_loader
 
 CUDA_ONLY = frozenset({"CUDAExecutionProvider"})
-ATTENTION_MASKS = frozenset({"none", "causal", "key_padding", "causal+key_padding", "additive"})
+ATTENTION_MASKS = frozenset({MaskKind.NONE, MaskKind.CAUSAL, MaskKind.KEY_PADDING,
+                             MaskKind.CAUSAL | MaskKind.KEY_PADDING, MaskKind.ADDITIVE})
 _ONNX_TYPE = {"float32": TensorProto.FLOAT, "float16": TensorProto.FLOAT16,
               "bfloat16": TensorProto.BFLOAT16}
 
@@ -71,7 +86,7 @@ class PyCudaKernel(Kernel):
 
     family: str = ""
     op: str = ""  # the op type in ai.onnxopt.cuda
-    supported_masks: frozenset[str] | None = None
+    supported_masks: frozenset[MaskKind] | None = None
     # The native library a model bound to this kernel needs at serving time (any ORT binding
     # registers it with register_custom_ops_library; `onnxopt kernels --library` prints it).
     runtime_library: str = "libonnxopt_ops"
@@ -81,7 +96,7 @@ class PyCudaKernel(Kernel):
         data["family"] = self.family
         data["custom_op"] = f"{DOMAIN}::{self.op}"
         if self.supported_masks is not None:
-            data["mask_kinds"] = sorted(self.supported_masks)
+            data["mask_kinds"] = sorted(str(kind) for kind in self.supported_masks)
         return data
 
 
@@ -90,7 +105,6 @@ class PyCudaKernel(Kernel):
 
 @functools.cache
 def _meta(family: str) -> dict[str, Any]:
-
     return metadata.load(family)
 
 
@@ -109,15 +123,16 @@ def smallest_attention_tile(dtype: str, head_size: int) -> tuple[int, tuple[int,
 # --- shared checks -------------------------------------------------------------------------------
 
 
-def _same_dtype(node: Node, names: dict[int, str], x_dtype: str | None) -> str | None:
+def _same_dtype(node: Node, names: dict[int, str], x_dtype: str | None) -> Refusal | None:
     for index, name in names.items():
         value = node.input(index)
         if value is not None and value.dtype != x_dtype:
-            return (f"%{value.name}: {name} is {value.dtype}, X is {x_dtype}: the kernel reads "
-                    "every input in one dtype")
+            return refusal("mixed_dtypes", f"%{value.name}: {name} is {value.dtype}, X is "
+                           f"{x_dtype}: the kernel reads every input in one dtype", value.name)
     out = node.outputs[0].dtype
     if out is not None and out != x_dtype:
-        return f"the output is {out}, the input {x_dtype}: the kernel writes its input's dtype"
+        return refusal("output_dtype_differs", f"the output is {out}, the input {x_dtype}: the "
+                       "kernel writes its input's dtype")
     return None
 
 
@@ -139,52 +154,55 @@ def _static_last(node: Node) -> int | None:
 # --- attention -----------------------------------------------------------------------------------
 
 
-def _attention_requires(node: Node, target: Target) -> str | None:
-
+def _attention_requires(node: Node, attrs: AttentionAttrs, target: Target) -> Refusal | None:
     q, _k, v = node.inputs[:3]
-    if cap := node.attr("softcap", 0.0):
-        return f"does not soft-cap the scores (the node caps them at {cap:g})"
-    kind = node.attr("mask_kind", "none")
-    if kind not in ATTENTION_MASKS:
-        return f"does not know the mask kind '{kind}'"
-    padding, mask = node.input(4), node.input(3)
-    if "key_padding" in kind:
-        if padding is None:
-            return "the mask is key padding, but the node does not name its padding input"
-        if padding.shape is not None and len(padding.shape) != 2:
-            return f"%{padding.name}: the key padding mask has rank {len(padding.shape)}, not 2"
-    elif kind == "additive" and (mask is None or mask.shape is None or len(mask.shape) > 4):
-        return "the additive mask's shape is unknown or above rank 4"
-    if q.rank not in (3, 4):
-        return f"%{q.name}: Q has rank {q.rank}; the kernel takes rank 4 (BNSH) or 3"
-    head = node.attr("head_size", 0)
-    if (reason := attention.head_size_reason(q.dtype, head)):
+    if reason := no_softcap(attrs):
         return reason
+    kind = attrs.mask_kind
+    if kind not in ATTENTION_MASKS:
+        return refusal("mask_kind_unknown", f"does not know the mask kind '{kind}'")
+    padding, mask = ATTENTION.input(node, "key_padding_mask"), ATTENTION.input(node, "mask")
+    if MaskKind.KEY_PADDING in kind:
+        if padding is None:
+            return refusal("no_padding_input", "the mask is key padding, but the node does not "
+                           "name its padding input")
+        if padding.shape is not None and len(padding.shape) != 2:
+            return refusal("padding_rank", f"%{padding.name}: the key padding mask has rank "
+                           f"{len(padding.shape)}, not 2", padding.name)
+    elif kind is MaskKind.ADDITIVE and (mask is None or mask.shape is None
+                                        or len(mask.shape) > 4):
+        return refusal("mask_shape", "the additive mask's shape is unknown or above rank 4")
+    if q.rank not in (3, 4):
+        return refusal("q_rank", f"%{q.name}: Q has rank {q.rank}; the kernel takes rank 4 "
+                       "(BNSH) or 3", q.name)
+    head = attrs.head_size
+    if (reason := attention.head_size_reason(q.dtype, head)):
+        return refusal("head_size_not_supported", reason)
     dv = v.shape[-1] if v.shape else None
     if dv != head:
-        return (f"%{v.name}: V's head size {dv} differs from Q's {head}; the kernel needs one "
-                "head size")
+        return refusal("value_head_size", f"%{v.name}: V's head size {dv} differs from Q's "
+                       f"{head}; the kernel needs one head size", v.name)
     limit = shared_memory_limit(target)
     need, tile = smallest_attention_tile(q.dtype, head)
     if need > limit:
-        return (f"needs {need} bytes of shared memory per block even with its smallest tile "
-                f"({tile[0]}x{tile[1]}), the target allows {limit}")
+        return refusal("shared_memory", f"needs {need} bytes of shared memory per block even "
+                       f"with its smallest tile ({tile[0]}x{tile[1]}), the target allows {limit}")
     return None
 
 
-def _emit_attention(b, node: Node, target: Target) -> list:
+def _emit_attention(b, node: Node, attrs: AttentionAttrs, target: Target) -> list:
     q, k, v = node.inputs[:3]
-    kind = node.attr("mask_kind", "none")
+    kind = attrs.mask_kind
     bias = kv_start = kv_end = None
-    if "key_padding" in kind:
-        padding = node.input(4)
+    if MaskKind.KEY_PADDING in kind:
+        padding = ATTENTION.input(node, "key_padding_mask")
         keep = _keep(b, padding)
         kv_start, kv_end = _key_range(b, keep, padding.shape)
         bias = _padding_bias(b, keep, q.dtype, padding.shape)
-    elif kind == "additive":
-        bias = _as_dtype(b, node.input(3), q.dtype)
+    elif kind is MaskKind.ADDITIVE:
+        bias = _as_dtype(b, ATTENTION.input(node, "mask"), q.dtype)
     out = b.op("FlashAttention", q, k, v, bias, kv_start, kv_end, domain=DOMAIN,
-               scale=float(node.attr("scale", 1.0)), causal=int(node.attr("causal", 0)))
+               scale=attrs.scale, causal=int(attrs.causal))
     return [out]
 
 
@@ -247,17 +265,14 @@ def _typed(value, dtype: str, shape):
 
 # --- norms ---------------------------------------------------------------------------------------
 
-_RESIDUAL = {"LayerNormFused": 3, "RMSNormFused": 2}
-_NORM_INPUTS = {"LayerNormFused": {1: "gamma", 2: "beta", 3: "residual"},
-                "RMSNormFused": {1: "gamma", 2: "residual"}}
-
-
-def _norm_residual(node: Node):
-    return node.input(_RESIDUAL[node.op_type]) if node.attr("has_residual", 0) else None
+def _norm_inputs(node: Node, attrs: NormAttrs) -> dict[int, str]:
+    """The inputs after X by position and port name (the residual only where it is folded)."""
+    ports = FUSED_OPS[node.op_type].inputs
+    return {k: port.name for k, port in enumerate(ports)
+            if k and (port.name != "residual" or attrs.has_residual)}
 
 
 def _norm_reason(dtype: str, hidden: int) -> str:
-
     try:
         norms.select_variant(dtype, hidden)
     except ValueError as error:
@@ -265,38 +280,42 @@ def _norm_reason(dtype: str, hidden: int) -> str:
     return ""
 
 
-def _norm_requires(node: Node, target: Target) -> str | None:
+def _norm_requires(node: Node, attrs: NormAttrs, target: Target) -> Refusal | None:
     x = node.inputs[0]
-    if node.op_type == "LayerNormFused" and node.attr("axis", -1) not in (-1, (x.rank or 0) - 1):
-        return f"normalises over axis {node.attr('axis')}; the kernel takes the last axis only"
-    compute = node.attr("compute_dtype", "") or x.dtype
+    if isinstance(attrs, LayerNormAttrs) and attrs.axis not in (-1, (x.rank or 0) - 1):
+        return refusal("not_last_axis", f"normalises over axis {attrs.axis}; the kernel takes "
+                       "the last axis only")
+    compute = attrs.compute_dtype or x.dtype
     if compute not in (x.dtype, "float32"):
-        return f"computes its statistics in {compute}; the kernel computes them in float32"
-    inputs = {i: n for i, n in _NORM_INPUTS[node.op_type].items()
-              if n != "residual" or node.attr("has_residual", 0)}
-    if (reason := _same_dtype(node, inputs, x.dtype)):
+        return refusal("compute_dtype_differs", f"computes its statistics in {compute}; the "
+                       "kernel computes them in float32")
+    if (reason := _same_dtype(node, _norm_inputs(node, attrs), x.dtype)):
         return reason
-    residual = _norm_residual(node)
+    residual = residual_input(node, attrs)
     if len(node.outputs) > 1 and residual is None:
-        return "writes the sum output S only together with a residual input"
+        return refusal("sum_without_residual", "writes the sum output S only together with a "
+                       "residual input")
     if residual is not None and _shape_differs(residual.shape, x.shape):
-        return (f"%{residual.name}: the residual {list(residual.shape)} is not shaped like X "
-                f"{list(x.shape)}; the kernel does not broadcast")
+        return refusal("residual_shape", f"%{residual.name}: the residual "
+                       f"{list(residual.shape)} is not shaped like X {list(x.shape)}; the "
+                       "kernel does not broadcast", residual.name)
     hidden = _static_last(node)
     if hidden is None:
-        return f"%{x.name}: the hidden size is not static"
-    return _norm_reason(x.dtype, hidden) or None
+        return refusal("hidden_size_unknown", f"%{x.name}: the hidden size is not static",
+                       x.name)
+    if reason := _norm_reason(x.dtype, hidden):
+        return refusal("hidden_size_not_supported", reason, x.name)
+    return None
 
 
 def _emit_norm(op: str):
-    def emit(b, node: Node, target: Target) -> list:
+    def emit(b, node: Node, attrs: NormAttrs, target: Target) -> list:
         x = node.inputs[0]
-        residual = _norm_residual(node)
+        residual = residual_input(node, attrs)
         params = [node.input(1)] + ([node.input(2)] if op == "LayerNorm" else []) + [residual]
         inputs = _trim([x, *params])
         count = len(node.outputs)
-        outs = b.op(op, *inputs, domain=DOMAIN, outputs=count,
-                    epsilon=float(node.attr("epsilon", 1e-5 if op == "LayerNorm" else 1e-6)))
+        outs = b.op(op, *inputs, domain=DOMAIN, outputs=count, epsilon=attrs.epsilon)
         return list(outs) if count > 1 else [outs]
 
     return emit
@@ -313,95 +332,99 @@ def _trim(inputs: list) -> list:
 _GROUP_INPUTS = {1: "gamma", 2: "beta"}
 
 
-def _group_norm_requires(node: Node, target: Target) -> str | None:
+def _group_norm_requires(node: Node, attrs: GroupNormAttrs, target: Target) -> Refusal | None:
     """X [N, C, ...] with C static and a multiple of ``groups``, gamma/beta [C] in X's dtype.
     A group whose size is known only at run time (symbolic spatial dims) is accepted: the
     kernel's limit is 2^30 elements per group, and the launch refuses a larger one."""
     x = node.inputs[0]
-    activation = node.attr("activation", "")
+    activation = attrs.activation
     if activation not in _meta("group_norm")["activations"]:
-        return f"applies the activation {activation!r}; the kernel applies none or 'silu'"
+        return refusal("activation_not_supported", f"applies the activation {activation!r}; "
+                       "the kernel applies none or 'silu'")
     if (reason := _same_dtype(node, _GROUP_INPUTS, x.dtype)):
         return reason
     if x.shape is None or len(x.shape) < 2:
-        return f"%{x.name}: the shape is unknown or below rank 2; the kernel takes [N, C, ...]"
+        return refusal("x_rank", f"%{x.name}: the shape is unknown or below rank 2; the kernel "
+                       "takes [N, C, ...]", x.name)
     channels = x.shape[1]
     if not isinstance(channels, int):
-        return f"%{x.name}: the channel count {channels} is not static"
-    groups = int(node.attr("groups", 1))
+        return refusal("channels_unknown", f"%{x.name}: the channel count {channels} is not "
+                       "static", x.name)
+    groups = attrs.groups
     if groups <= 0 or channels % groups:
-        return f"%{x.name}: {channels} channels do not split into {groups} groups"
+        return refusal("groups_do_not_split", f"%{x.name}: {channels} channels do not split "
+                       f"into {groups} groups", x.name)
     for index, name in _GROUP_INPUTS.items():
         value = node.input(index)
         if value is not None and (value.shape is None
                                   or _shape_differs(value.shape, (channels,))):
             shape = list(value.shape) if value.shape is not None else "unknown"
-            return (f"%{value.name}: {name} has shape {shape}; the kernel takes one value per "
-                    f"channel ([{channels}])")
+            return refusal("per_channel_shape", f"%{value.name}: {name} has shape {shape}; the "
+                           f"kernel takes one value per channel ([{channels}])", value.name)
     spatial = x.shape[2:]
     if all(isinstance(d, int) for d in spatial):
         group = channels // groups * int(np.prod(spatial, dtype=np.int64))
         if (reason := norms.group_size_reason(group)):
-            return f"%{x.name}: {reason}"
+            return refusal("group_too_large", f"%{x.name}: {reason}", x.name)
     batch, limit = x.shape[0], _meta("group_norm")["max_blocks"]
     if isinstance(batch, int) and batch * groups > limit:
-        return (f"%{x.name}: {batch * groups} blocks (batch x groups), more than the {limit} "
-                "a grid holds")
+        return refusal("too_many_blocks", f"%{x.name}: {batch * groups} blocks (batch x "
+                       f"groups), more than the {limit} a grid holds", x.name)
     return None
 
 
-def _emit_group_norm(b, node: Node, target: Target) -> list:
+def _emit_group_norm(b, node: Node, attrs: GroupNormAttrs, target: Target) -> list:
     inputs = _trim([node.inputs[0], node.input(1), node.input(2)])
-    out = b.op("GroupNorm", *inputs, domain=DOMAIN, groups=int(node.attr("groups", 1)),
-               epsilon=float(node.attr("epsilon", 1e-5)),
-               activation=str(node.attr("activation", "")))
+    out = b.op("GroupNorm", *inputs, domain=DOMAIN, groups=attrs.groups,
+               epsilon=attrs.epsilon, activation=attrs.activation)
     return [out]
 
 
 # --- activations ---------------------------------------------------------------------------------
 
 
-def _gelu_requires(node: Node, target: Target) -> str | None:
+def _gelu_requires(node: Node, attrs: GeluAttrs, target: Target) -> Refusal | None:
     x, bias = node.inputs[0], node.input(1)
-    approximate = node.attr("approximate", "none")
+    approximate = attrs.approximate
     if approximate not in ("none", "tanh"):
-        return f"approximates GELU as {approximate!r}; the kernel knows 'none' and 'tanh'"
+        return refusal("gelu_flavour", f"approximates GELU as {approximate!r}; the kernel knows "
+                       "'none' and 'tanh'")
     if (reason := _same_dtype(node, {1: "bias"}, x.dtype)):
         return reason
     if bias is not None:
         cols = x.shape[-1] if x.shape else None
         if bias.shape is None or len(bias.shape) != 1 or _shape_differs(bias.shape, (cols,)):
             shape = list(bias.shape) if bias.shape is not None else "unknown"
-            return (f"%{bias.name}: the bias has shape {shape}; the kernel adds a bias over "
-                    f"the last axis ([{cols}]) only")
+            return refusal("bias_shape", f"%{bias.name}: the bias has shape {shape}; the kernel "
+                           f"adds a bias over the last axis ([{cols}]) only", bias.name)
     return None
 
 
-def _emit_gelu(b, node: Node, target: Target) -> list:
+def _emit_gelu(b, node: Node, attrs: GeluAttrs, target: Target) -> list:
     x = node.inputs[0]
     out = b.op("BiasGelu", *_trim([x, node.input(1)]), domain=DOMAIN,
-               approximate=node.attr("approximate", "none"))
+               approximate=attrs.approximate)
     return [out]
 
 
-def _swiglu_requires(node: Node, target: Target) -> str | None:
+def _swiglu_requires(node: Node, attrs: SwiGLUAttrs, target: Target) -> Refusal | None:
     gate, up = node.inputs[:2]
     if (reason := _same_dtype(node, {1: "up"}, gate.dtype)):
         return reason
     if gate.shape is None or up.shape is None or _shape_differs(gate.shape, up.shape):
-        return (f"%{up.name}: gate and up are not provably one shape; the kernel does not "
-                "broadcast")
+        return refusal("shapes_differ", f"%{up.name}: gate and up are not provably one shape; "
+                       "the kernel does not broadcast", up.name)
     return None
 
 
-def _emit_swiglu(b, node: Node, target: Target) -> list:
+def _emit_swiglu(b, node: Node, attrs: SwiGLUAttrs, target: Target) -> list:
     gate, up = node.inputs[:2]
     return [b.op("SwiGLU", gate, up, domain=DOMAIN)]
 
 
 # --- the records ---------------------------------------------------------------------------------
 
-Hook = tuple[Callable[[Node, Target], str | None], Callable[..., list]]
+Hook = tuple[Requires, Callable[..., list]]
 # What is specific to each custom op: its legality check and its emitter. Everything else about
 # a record comes from the kernel's declaration.
 HOOKS: dict[str, Hook] = {
@@ -414,25 +437,32 @@ HOOKS: dict[str, Hook] = {
 }
 
 
+# The attention kernels skip every key outside a row's range: a query that sees no key at all
+# (left padding under a causal mask, a row padded everywhere) has nothing to average and gives
+# 0. The model's own softmax there averages the values over its masked keys (its mask's fill is
+# a finite number) or gives NaN (-inf).
+NO_KEY_IS_ZERO = ("a query that sees no key (left padding under a causal mask) gives 0, where "
+                  "the model averages the values of its masked keys")
+
+
 def pycuda_kernels() -> list[Kernel]:
     """The records, built from the kernels' declarations (if they cannot be read, records
     that refuse with the reason, so that selection still works and says why)."""
     try:
         return _records()
     except (OSError, KeyError, ValueError) as error:
-        reason = (f"the CUDA kernels' metadata cannot be read ({error}); "
-                  "set ONNXOPT_KERNELS_DIR to the kernels/ folder")
+        reason = refusal("metadata_unreadable", f"the CUDA kernels' metadata cannot be read "
+                         f"({error}); set ONNXOPT_KERNELS_DIR to the kernels/ folder")
         ops = {"AttentionFused": "FlashAttention", "LayerNormFused": "LayerNorm",
                "RMSNormFused": "RMSNorm", "GroupNormFused": "GroupNorm",
                "GeluFused": "BiasGelu", "SwiGLUFused": "SwiGLU"}
-        return [PyCudaKernel(name=f"pycuda.{op.lower()}", implements=fused, backend="pycuda",
-                             emit=_emit_attention, providers=CUDA_ONLY, op=op, cost=0.5,
-                             requires=lambda node, target: reason)
+        return [PyCudaKernel(name=f"pycuda.{op.lower()}", implements=fused,
+                             backend=Backend.PYCUDA, emit=_emit_attention, providers=CUDA_ONLY,
+                             op=op, cost=0.5, requires=lambda node, attrs, target: reason)
                 for fused, op in ops.items()]
 
 
 def _records() -> list[Kernel]:
-
     records = []
     for family in metadata.FAMILIES:
         meta = _meta(family)
@@ -443,7 +473,8 @@ def _records() -> list[Kernel]:
             variants = _variants(family, **match)
             requires, emit = HOOKS[rec["op"]]
             records.append(PyCudaKernel(
-                name=rec["name"], implements=rec["implements"], backend="pycuda", emit=emit,
+                name=rec["name"], implements=rec["implements"], backend=Backend.PYCUDA,
+                emit=emit,
                 dtypes=frozenset(v["dtype"] for v in variants),
                 min_compute_capability=max(metadata.min_compute_capability(family, v)
                                            for v in variants),
@@ -451,6 +482,7 @@ def _records() -> list[Kernel]:
                 deterministic=bool(meta["deterministic"]), cost=float(rec["cost"]),
                 requires=requires, family=family, op=rec["op"],
                 supported_masks=ATTENTION_MASKS if rec["op"] == "FlashAttention" else None,
+                assumes=NO_KEY_IS_ZERO if rec["op"] == "FlashAttention" else "",
                 notes=rec["notes"], providers=CUDA_ONLY, opsets={DOMAIN: OPSET}))
     return records
 

@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 
 from onnxopt.ir.node import Node
 from onnxopt.legality.target import Target
+from onnxopt.ops import attributes_of
+from onnxopt.refusal import Refusal, refusal
 from onnxopt.select.kernel import Kernel
 
 
@@ -16,13 +18,14 @@ class Selection:
 
     ``costs`` holds what ranked the legal kernels (``unit``: ``"ms"`` when tuned,
     ``"x"`` — relative to the decomposition — from the cost model); ``basis`` says
-    which: ``"tuned"``, ``"cost model"`` or ``"only legal kernel"``.
+    which: ``"tuned"``, ``"cost model"`` or ``"only legal kernel"``. ``rejected`` holds every
+    other kernel with why: a missing capability, or the cost that ranked it lower.
     """
 
     node: str
     op: str
     chosen: Kernel
-    rejected: list[tuple[Kernel, str]]
+    rejected: list[tuple[Kernel, Refusal]]
     costs: dict[str, float] = field(default_factory=dict)
     unit: str = "x"
     basis: str = "cost model"
@@ -32,18 +35,22 @@ class Selection:
     def to_json(self) -> dict:
         return {"node": self.node, "op": self.op, "chosen": self.chosen.name,
                 "basis": self.basis, "costs": {k: round(v, 4) for k, v in self.costs.items()},
-                "unit": self.unit, "rejected": {k.name: reason for k, reason in self.rejected}}
+                "unit": self.unit,
+                "rejected": {k.name: str(reason) for k, reason in self.rejected}}
 
 
 def legal_kernels(node: Node, target: Target, registry: list[Kernel], *,
-                  model_opset: int | None = None) -> tuple[list[Kernel], list[tuple[Kernel, str]]]:
+                  model_opset: int | None = None
+                  ) -> tuple[list[Kernel], list[tuple[Kernel, Refusal]]]:
     """(legal kernels, [(kernel, reason)] for the others) among those implementing the node."""
     legal: list[Kernel] = []
-    rejected: list[tuple[Kernel, str]] = []
+    rejected: list[tuple[Kernel, Refusal]] = []
+    attrs = None
     for k in registry:
         if k.implements != node.op_type:
             continue
-        reason = k.rejects(node, target, model_opset=model_opset)
+        attrs = attributes_of(node) if attrs is None else attrs
+        reason = k.rejects(node, target, model_opset=model_opset, attrs=attrs)
         if reason:
             rejected.append((k, reason))
         else:
@@ -73,7 +80,7 @@ def select_kernel(node: Node, target: Target, registry: list[Kernel],
     failed = failed or {}
     for k in [k for k in legal if k.name in failed]:
         legal.remove(k)
-        rejected.append((k, f"failed in ONNX Runtime: {failed[k.name]}"))
+        rejected.append((k, refusal("failed_in_ort", f"failed in ONNX Runtime: {failed[k.name]}")))
     if not legal:
         raise LookupError(f"{node.name}: no legal kernel implements {node.op_type}")
     score = {k.name: float(costs[k.name]) if costs and k.name in costs else k.cost for k in legal}
@@ -93,10 +100,12 @@ def select_kernel(node: Node, target: Target, registry: list[Kernel],
     what = "measured" if unit == "ms" else "estimated"
     for k in legal[1:]:
         reason = f"{what} {_describe(score[k.name], unit)}; {chosen.name} {best}"
+        code = f"{what}_slower"
         if k.name in tied:
+            code = "tie_lost_on_cost_model"
             reason += (f" (within {tolerance:.0%}: a tie, decided by the cost model, "
                        f"{(prior or {}).get(k.name, k.cost):.2f}x against "
                        f"{(prior or {}).get(chosen.name, chosen.cost):.2f}x)")
-        rejected.append((k, reason))
+        rejected.append((k, refusal(code, reason)))
     return Selection(node.name, node.op_type, chosen, rejected, costs=score, unit=unit,
                      basis=basis)

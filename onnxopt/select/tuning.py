@@ -46,6 +46,8 @@ from onnxopt.ir.model import Model
 from onnxopt.ir.node import Node
 from onnxopt.ir.value import Value
 from onnxopt.legality.target import Target
+from onnxopt.ops import attributes_of
+from onnxopt.refusal import refusal
 from onnxopt.select._emit import BNSH_TO_BSNH, transposed_from
 from onnxopt.select.bind import bind
 from onnxopt.select.kernel import Kernel
@@ -89,10 +91,12 @@ def _fmt_attr(v) -> str:
 
 
 def signature(node: Node, binding: Binding) -> str | None:
-    """Op, attributes, inputs (dtype, representative shape, constant or not); None when a
-    shape is unknown (such a node is ranked by the cost model instead)."""
+    """Op, attributes (every field of its record, so a default spelled out or left out reads
+    the same), inputs (dtype, representative shape, constant or not); None when a shape is
+    unknown (such a node is ranked by the cost model instead)."""
     parts = [node.op_type]
-    parts += [f"{k}={_fmt_attr(a.value)}" for k, a in sorted(node.attrs.items())]
+    parts += [f"{k}={_fmt_attr(v)}"
+              for k, v in sorted(attributes_of(node).as_attributes().items())]
     for v in node.inputs:
         if v is None:
             parts.append("-")
@@ -179,13 +183,14 @@ def tuned_selection(untuned: Selection, legal: list[Kernel],
         if k.name == chosen or k.name not in timings:
             continue
         t = timings[k.name]
-        why = f"measured {t.median:.3g} ms"
+        why, code = f"measured {t.median:.3g} ms", "measured_slower"
         if best is not None:
             why += f"; {chosen} {best.median:.3g} ms"
             if t.median < best.median:
+                code = "within_noise"
                 why += (f" (within the noise: the middle halves of the runs, {t.spread()} "
                         f"against {best.spread()}, are not {MARGIN:.0%} apart)")
-        rejected.append((k, why))
+        rejected.append((k, refusal(code, why)))
     kernel = next(k for k in legal if k.name == chosen)
     return Selection(untuned.node, untuned.op, kernel, rejected,
                      costs={name: t.median for name, t in timings.items()}, unit="ms",

@@ -12,9 +12,9 @@ from typing import ClassVar
 import numpy as np
 import pytest
 
+from onnxopt.reference import bfloat16_bits, from_bfloat16_bits
 from onnxopt.runtime.cuda import loader
 from onnxopt.runtime.cuda import pycuda_backend as pyc
-from onnxopt.runtime.cuda.reference import bfloat16_bits, from_bfloat16_bits
 
 HERE = Path(__file__).parent
 GUARD = 256  # poisoned bytes after every output buffer, checked after each launch

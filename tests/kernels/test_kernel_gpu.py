@@ -10,10 +10,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from onnxopt import reference as ref
 from onnxopt.runtime import cuda as k
 from onnxopt.runtime.cuda import metadata
 from onnxopt.runtime.cuda import pycuda_backend as pyc
-from onnxopt.runtime.cuda import reference as ref
 
 pytestmark = pytest.mark.gpu
 

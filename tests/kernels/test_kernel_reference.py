@@ -9,7 +9,7 @@ import math
 import numpy as np
 import pytest
 
-from onnxopt.runtime.cuda import reference as ref
+from onnxopt import reference as ref
 
 
 def naive_attention(q, k, v, scale, causal, kv_lens):

@@ -29,8 +29,10 @@ def _feeds(rng, shape, dtype=np.float32):
 
 def test_schema_is_registered():
     op = FUSED_OPS["GroupNormFused"]
-    assert op.inputs == ("X", "gamma?", "beta?") and op.outputs == ("Y",)
-    assert op.attrs == {"groups": 1, "epsilon": 1e-5, "activation": ""}
+    assert [(p.name, p.optional) for p in op.inputs] == [("X", False), ("gamma", True),
+                                                         ("beta", True)]
+    assert [(p.name, p.optional) for p in op.outputs] == [("Y", False)]
+    assert op.attrs().as_attributes() == {"groups": 1, "epsilon": 1e-5, "activation": ""}
 
 
 @pytest.mark.parametrize("inputs", ["x, gamma, beta", "x, gamma", "x", "x, , beta"])

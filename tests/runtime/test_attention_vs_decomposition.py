@@ -12,9 +12,9 @@ import onnx.parser
 import onnxruntime as ort
 import pytest
 
+from onnxopt import reference as ref
 from onnxopt.runtime import session
 from onnxopt.runtime.cuda import DOMAIN
-from onnxopt.runtime.cuda import reference as ref
 
 B, H, HKV, SQ, SKV = 2, 4, 2, 7, 11
 ELEM = {"float32": ("float", np.float32, 1e-5), "float16": ("float16", np.float16, 3e-3)}

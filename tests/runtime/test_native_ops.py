@@ -1,5 +1,5 @@
 """libonnxopt_ops on ORT's CPU provider: every op, dtype and mask kind against the float64
-references (onnxopt/runtime/cuda/reference.py), through a plain InferenceSession that only
+references (onnxopt/reference/), through a plain InferenceSession that only
 registers the library: the host implementations run the plan (shape checks, specialisation,
 grid, packed arguments) the GPU gets."""
 
@@ -14,8 +14,8 @@ import onnx.parser
 import onnxruntime as ort
 import pytest
 
+from onnxopt import reference as ref
 from onnxopt.runtime import library
-from onnxopt.runtime.cuda import reference as ref
 from onnxopt.runtime.ops import DOMAIN
 
 RNG = np.random.default_rng(0)

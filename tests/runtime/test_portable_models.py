@@ -14,6 +14,7 @@ import numpy as np
 import onnx
 from onnx import helper
 
+from onnxopt.evaluation.sizes import padding_mask
 from onnxopt.options import OptimizeOptions
 from onnxopt.pipeline import run_pipeline
 from onnxopt.runtime.cuda import DOMAIN, metadata
@@ -131,6 +132,10 @@ def test_every_cuda_output_of_models_runs_in_plain_ort_without_onnxopt(models_di
             feeds = make_inputs(original, {"batch": 2, "other": 13}, seed=0)
         except ValueError:  # an image model: its sides from the model's own hints
             feeds = make_inputs(original, {"batch": 2}, seed=0)
+        if "attention_mask" in feeds:
+            # Right padding only: where a query sees no key our attention kernel gives 0, and
+            # the report says so (test_the_report_names_what_flash_attention_assumes).
+            feeds["attention_mask"] = padding_mask(feeds["attention_mask"].shape)
         np.savez(tmp_path / f"{name}.npz", **feeds)
         names.append(name)
     (tmp_path / "names.json").write_text(json.dumps(names))
@@ -144,3 +149,14 @@ def test_every_cuda_output_of_models_runs_in_plain_ort_without_onnxopt(models_di
     errors = json.loads(proc.stdout)
     assert sorted(errors) == names and len(names) == 33
     assert {name: e for name, e in errors.items() if not e < 1e-4} == {}
+
+
+def test_the_report_names_what_flash_attention_assumes(models_dir):
+    """Issue 28: a kernel exact only where every query sees a key says so where it is chosen:
+    in the selection report (and its JSON), and not where it is not."""
+    cuda = run_pipeline(str(models_dir / "llama.dynamo.onnx"), OptimizeOptions(target="cuda"))
+    assumptions = cuda.report.stages["select"].to_json()["assumptions"]
+    assert list(assumptions) == ["pycuda.flash_attention_f32"]
+    assert "sees no key" in assumptions["pycuda.flash_attention_f32"]
+    cpu = run_pipeline(str(models_dir / "llama.dynamo.onnx"), OptimizeOptions(target="cpu"))
+    assert "assumptions" not in cpu.report.stages["select"].to_json()

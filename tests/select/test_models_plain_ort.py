@@ -108,4 +108,5 @@ def test_cuda_only_kernels_are_rejected_for_cpu_with_a_reason(optimized):
     reasons = {reason for _, (_, result) in optimized.items()
                for s in result.report.stages["select"].selections
                for k, reason in s.rejected if k.providers == frozenset({"CUDAExecutionProvider"})}
-    assert reasons == {"runs only on CUDA"}
+    assert {str(r) for r in reasons} == {"runs only on CUDA"}
+    assert {r.code for r in reasons} == {"provider_not_supported"}

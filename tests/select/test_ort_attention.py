@@ -106,12 +106,14 @@ def test_soft_capped_scores_on_onnx_attention_and_not_on_mha(check_kernel, bind_
     (node,) = [n for n in bound.proto.graph.node if n.op_type == "Attention"]
     assert {a.name: a.f for a in node.attribute}["softcap"] == pytest.approx(2.0)
     report = bind_text(text, registry=registry).report
-    reasons = {k.name: r for k, r in report.selections[0].rejected}
+    reasons = {k.name: str(r) for k, r in report.selections[0].rejected}
     assert reasons["ort.MultiHeadAttention"] == (
         "does not soft-cap the scores (the node caps them at 2)")
+    assert {k.name: r.code for k, r in report.selections[0].rejected}[
+        "ort.MultiHeadAttention"] == "softcap_not_supported"
     older = bind_text(text, registry=registry, opset=23,
                       options=OptimizeOptions(target="cpu", ort_version="1.30")).report
-    reasons = {k.name: r for k, r in older.selections[0].rejected}
+    reasons = {k.name: str(r) for k, r in older.selections[0].rejected}
     assert reasons["onnx.Attention-23"] == (
         "soft-caps before the mask as AttentionFused does only as checked with ONNX Runtime "
         "1.31; the target is older")
@@ -119,14 +121,18 @@ def test_soft_capped_scores_on_onnx_attention_and_not_on_mha(check_kernel, bind_
 
 def test_rejections_say_why(bind_text, registry):
     report = bind_text(attention(heads=4, kv_heads=2), registry=registry).report
-    reasons = {k.name: r for k, r in report.selections[0].rejected}
+    reasons = {k.name: str(r) for k, r in report.selections[0].rejected}
     assert reasons["ort.MultiHeadAttention"] == (
         "needs as many key/value heads as query heads; K/V have 2, Q 4 (grouped-query attention)")
     assert reasons["onnx.Attention-23"] == "needs opset 23; the model imports opset 18"
     assert reasons["ort.GroupQueryAttention"].startswith("applies its own causal mask")
     assert reasons["ort.Attention"].startswith("takes the hidden state and packed QKV")
+    codes = {k.name: r.code for k, r in report.selections[0].rejected}
+    assert codes["ort.MultiHeadAttention"] == "grouped_query_not_supported"
+    assert codes["onnx.Attention-23"] == "model_opset_too_old"
+    assert codes["ort.GroupQueryAttention"] == codes["ort.Attention"] == "contract_mismatch"
     report = bind_text(attention(), registry=registry).report
-    reasons = {k.name: r for k, r in report.selections[0].rejected}
+    reasons = {k.name: str(r) for k, r in report.selections[0].rejected}
     assert reasons["decompose.AttentionFused.lean"] == (
         "would emit the plain decomposition: no NaN guard to move, no grouped scale")
     assert reasons["ort.MultiHeadAttention.repeat_kv"] == "no grouped-query heads to repeat"

@@ -60,7 +60,7 @@ def registry():
 
 
 def reasons(selection) -> dict[str, str]:
-    return {k.name: r for k, r in selection.rejected}
+    return {k.name: str(r) for k, r in selection.rejected}
 
 
 def emit(model, node, kernel, target):
@@ -327,6 +327,21 @@ def test_group_norm_rejections(fused, registry, target, kw, reason):
     assert selection.chosen.backend == "decompose"
 
 
+@pytest.mark.parametrize("target, kw, code, subject", [
+    (CPU, {}, "provider_not_supported", ""),
+    (H100, {"t": "double"}, "dtype_not_supported", "x"),
+    (H100, {"extra": ', activation="gelu"'}, "activation_not_supported", ""),
+    (H100, {"g": "float"}, "mixed_dtypes", "gamma"),
+    (H100, {"x": "N,96,8,8", "c": 96, "groups": 36}, "groups_do_not_split", "x"),
+])
+def test_group_norm_rejections_carry_a_code_and_their_subject(fused, registry, target, kw, code,
+                                                             subject):
+    _, node = fused(group_norm_text(**kw))
+    refused = {k.name: r for k, r in select_kernel(node, target, registry).rejected}
+    assert (refused["pycuda.group_norm"].code, refused["pycuda.group_norm"].subject) == (
+        code, subject)
+
+
 def test_group_norm_shapes_at_the_limit_bind(fused, registry):
     # 32 channels x 32768 positions = 2^30 elements per group: the streaming variant's limit.
     _, node = fused(group_norm_text(x="1,32,32768,32", c=32, extra=""))
@@ -381,4 +396,5 @@ def test_cpu_target_never_emits_our_ops(models_dir):
         assert not [n for n in result.proto.graph.node if n.domain == DOMAIN]
         rejected = {k.name: r for s in result.report.stages["select"].selections
                     for k, r in s.rejected if k.backend == "pycuda"}
-        assert rejected and set(rejected.values()) == {"runs only on CUDA"}
+        assert rejected and {str(r) for r in rejected.values()} == {"runs only on CUDA"}
+        assert {r.code for r in rejected.values()} == {"provider_not_supported"}

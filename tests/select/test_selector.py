@@ -13,6 +13,7 @@ from onnxopt import select
 from onnxopt.importer import import_model
 from onnxopt.legality.target import Target
 from onnxopt.options import OptimizeOptions
+from onnxopt.refusal import refusal
 from onnxopt.select import tuning
 from onnxopt.select.kernel import CUDA, Kernel
 from onnxopt.select.selector import select_kernel
@@ -35,7 +36,7 @@ def fake(name: str, **caps) -> Kernel:
     return Kernel(name=name, backend="ort", emit=_identity, **caps)
 
 
-def _identity(b, node, target):
+def _identity(b, node, attrs, target):
     return [b.op("Identity", node.inputs[0])]
 
 
@@ -50,32 +51,37 @@ def node(make_model):
 CPU_TARGET = Target(device="cpu", ort_version=(1, 31), opset=18)
 
 
-@pytest.mark.parametrize("caps,target,reason", [
-    ({"providers": CUDA}, CPU_TARGET, "runs only on CUDA"),
-    ({"dtypes": frozenset({"float16"})}, CPU_TARGET, "does not support dtype float32"),
-    ({"cpu_dtypes": frozenset({"float16"})}, CPU_TARGET,
+@pytest.mark.parametrize("caps,target,code,reason", [
+    ({"providers": CUDA}, CPU_TARGET, "provider_not_supported", "runs only on CUDA"),
+    ({"dtypes": frozenset({"float16"})}, CPU_TARGET, "dtype_not_supported",
+     "does not support dtype float32"),
+    ({"cpu_dtypes": frozenset({"float16"})}, CPU_TARGET, "dtype_not_on_cpu",
      "has no float32 implementation on CPU (only float16)"),
-    ({"min_opset": 23}, dataclasses.replace(CPU_TARGET, opset=23),
+    ({"min_opset": 23}, dataclasses.replace(CPU_TARGET, opset=23), "model_opset_too_old",
      "needs opset 23; the model imports opset 18"),
-    ({"min_opset": 18}, dataclasses.replace(CPU_TARGET, opset=17),
+    ({"min_opset": 18}, dataclasses.replace(CPU_TARGET, opset=17), "target_opset_too_old",
      "needs opset 18; the target allows opset 17"),
-    ({"min_ort": (1, 40)}, CPU_TARGET, "needs ONNX Runtime 1.40, target is 1.31"),
+    ({"min_ort": (1, 40)}, CPU_TARGET, "ort_too_old", "needs ONNX Runtime 1.40, target is 1.31"),
     ({"providers": CUDA, "min_compute_capability": (9, 0)},
-     Target(device="cuda", compute_capability=(8, 0)), "needs compute capability 9.0"),
-    ({"head_dims": frozenset({64, 128})}, CPU_TARGET, "head size 8 not in [64, 128]"),
-    ({"causal": False}, CPU_TARGET, "does not support causal masking"),
-    ({"grouped_query": False}, CPU_TARGET, "does not support grouped-query attention"),
+     Target(device="cuda", compute_capability=(8, 0)), "compute_capability_too_low",
+     "needs compute capability 9.0"),
+    ({"head_dims": frozenset({64, 128})}, CPU_TARGET, "head_size_not_supported",
+     "head size 8 not in [64, 128]"),
+    ({"causal": False}, CPU_TARGET, "causal_not_supported", "does not support causal masking"),
+    ({"grouped_query": False}, CPU_TARGET, "grouped_query_not_supported",
+     "does not support grouped-query attention"),
     ({"deterministic": False}, dataclasses.replace(CPU_TARGET, determinism="strict"),
-     "is not deterministic and determinism is strict"),
-    ({"requires": lambda n, t: f"%{n.inputs[0].name} is not welcome"}, CPU_TARGET,
-     "%q is not welcome"),
+     "not_deterministic", "is not deterministic and determinism is strict"),
+    ({"requires": lambda n, a, t: refusal("unwelcome", f"%{n.inputs[0].name} is not welcome")},
+     CPU_TARGET, "unwelcome", "%q is not welcome"),
 ])
-def test_a_missing_capability_is_the_exact_reason(node, caps, target, reason):
+def test_a_missing_capability_is_the_exact_reason(node, caps, target, code, reason):
     _, n = node()
     registry = [fake("x.under_test", **caps), fake("x.fallback")]
     selection = select_kernel(n, target, registry, model_opset=18)
     assert selection.chosen.name == "x.fallback"
-    assert {k.name: r for k, r in selection.rejected} == {"x.under_test": reason}
+    assert {k.name: str(r) for k, r in selection.rejected} == {"x.under_test": reason}
+    assert {k.name: r.code for k, r in selection.rejected} == {"x.under_test": code}
 
 
 def test_ties_break_by_name_whatever_the_registry_order(node):
@@ -86,7 +92,7 @@ def test_ties_break_by_name_whatever_the_registry_order(node):
         selection = select_kernel(n, CPU_TARGET, registry)
         assert selection.chosen.name == "a.one"
         assert [k.name for k, _ in selection.rejected] == ["b.two", "c.three"]
-    assert {k.name: r for k, r in selection.rejected}["b.two"] == (
+    assert {k.name: str(r) for k, r in selection.rejected}["b.two"] == (
         "estimated 1.00x the decomposition; a.one 1.00x the decomposition")
 
 
@@ -96,7 +102,7 @@ def test_costs_rank_before_names(node):
     assert select_kernel(n, CPU_TARGET, registry).chosen.name == "z.fast"
     measured = select_kernel(n, CPU_TARGET, registry, {"a.slow": 0.1, "z.fast": 0.3}, unit="ms")
     assert measured.chosen.name == "a.slow"
-    assert {k.name: r for k, r in measured.rejected}["z.fast"] == (
+    assert {k.name: str(r) for k, r in measured.rejected}["z.fast"] == (
         "measured 0.3 ms; a.slow 0.1 ms")
 
 
@@ -107,7 +113,9 @@ def test_nothing_legal_falls_back_to_the_decomposition(node):
     (selection,) = report.selections
     assert selection.chosen.name == "decompose.AttentionFused"
     assert selection.basis == "fallback"
-    assert [(k.name, r) for k, r in selection.rejected] == [("x.cuda_only", "runs only on CUDA")]
+    assert [(k.name, str(r)) for k, r in selection.rejected] == [
+        ("x.cuda_only", "runs only on CUDA")]
+    assert [r.code for _, r in selection.rejected] == ["provider_not_supported"]
     assert {n.op_type for n in model.graph} >= {"MatMul", "Softmax"}
 
 
@@ -142,7 +150,7 @@ def test_tune_times_candidates_and_writes_the_cache(node, tmp_path):
     assert key.startswith("GeluFused|approximate=none|float32[1, 128, 16]|")
     assert "|CPUExecutionProvider|ort " in key and key.endswith(tuning.machine_id())
     assert set(entries[key]["times_ms"]) == {"ort.Gelu", "decompose.GeluFused"}
-    (reason,) = [r for _, r in selection.rejected]
+    (reason,) = [str(r) for _, r in selection.rejected]
     assert reason.startswith("measured ") and " ms; " in reason
 
 
@@ -169,7 +177,7 @@ def test_the_cache_is_read_back_and_honoured(node, tmp_path, monkeypatch):
                             registry=_tuning_registry())
         (selection,) = report.selections
         assert selection.chosen.name == "decompose.GeluFused" and selection.basis == "tuned"
-        assert {k.name: r for k, r in selection.rejected}["ort.Gelu"] == (
+        assert {k.name: str(r) for k, r in selection.rejected}["ort.Gelu"] == (
             "measured 0.5 ms; decompose.GeluFused 0.2 ms")
         assert report.tuned == 0
 
@@ -191,7 +199,7 @@ def test_measured_near_ties_are_decided_by_the_cost_model(node):
     selection = select_kernel(n, CPU_TARGET, registry, times, unit="ms", tolerance=0.03,
                               prior={"a.fast": 2.0, "b.close": 0.5, "c.slow": 0.1})
     assert selection.chosen.name == "b.close"  # within 3% of the fastest, and cheaper a priori
-    reasons = {k.name: r for k, r in selection.rejected}
+    reasons = {k.name: str(r) for k, r in selection.rejected}
     assert reasons["a.fast"] == ("measured 1 ms; b.close 1.02 ms (within 3%: a tie, decided by "
                                  "the cost model, 2.00x against 0.50x)")
     assert reasons["c.slow"] == "measured 1.2 ms; b.close 1.02 ms"

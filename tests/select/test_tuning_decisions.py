@@ -98,7 +98,7 @@ def test_the_selection_names_the_default_kept_and_the_noise_it_was_within():
     chosen = tuning.tuned_selection(untuned, [default, mha], timings)
     assert chosen.chosen is default and chosen.basis == "tuned" and chosen.unit == "ms"
     assert chosen.costs == {DEFAULT: 0.22, mha.name: 0.21}
-    assert {k.name: why for k, why in chosen.rejected} == {
+    assert {k.name: str(why) for k, why in chosen.rejected} == {
         lean.name: "would emit the plain one",
         mha.name: ("measured 0.21 ms; decompose.AttentionFused 0.22 ms (within the noise: the "
                    "middle halves of the runs, 0.19-0.23 ms against 0.2-0.24 ms, are not 5% "
@@ -106,7 +106,7 @@ def test_the_selection_names_the_default_kept_and_the_noise_it_was_within():
     timings[mha.name] = Timing(0.11, 0.10, 0.12)
     chosen = tuning.tuned_selection(untuned, [default, mha], timings)
     assert chosen.chosen is mha
-    assert {k.name: why for k, why in chosen.rejected}[DEFAULT] == (
+    assert {k.name: str(why) for k, why in chosen.rejected}[DEFAULT] == (
         "measured 0.22 ms; ort.MultiHeadAttention 0.11 ms")
 
 

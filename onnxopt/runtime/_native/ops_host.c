@@ -10,7 +10,7 @@
  * Arithmetic is float32 as on the device (the statistics of the norms are accumulated in
  * double: the device's tree reductions are at least that close to exact), rounded to the
  * tensor's dtype on store. Semantics: the header comments of kernels/<family>.cu and
- * onnxopt/runtime/cuda/reference.py.
+ * onnxopt/reference/.
  */
 #include <math.h>
 #include <stdarg.h>
