@@ -15,7 +15,6 @@ from onnxopt.ir import symdim as sd
 from onnxopt.ir.node import Node
 from onnxopt.legality.target import Target
 from onnxopt.select.kernel import BOTH_PROVIDERS, MS_DOMAIN, Kernel
-from onnxopt.select.registry import register_loader
 
 FLOAT_HALF = frozenset({"float32", "float16"})
 
@@ -102,6 +101,3 @@ def kernels() -> list[Kernel]:
                emit=_emit_swiglu_quick, dtypes=FLOAT_HALF, providers=both, opsets=ms, cost=1.0,
                notes="QuickGelu(gate) * up"),
     ]
-
-
-register_loader(kernels)

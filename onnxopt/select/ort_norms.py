@@ -33,7 +33,6 @@ from onnxopt.ir.node import Node
 from onnxopt.legality.target import Target
 from onnxopt.select._emit import i64, ones, scalar
 from onnxopt.select.kernel import BOTH_PROVIDERS, MS_DOMAIN, Kernel
-from onnxopt.select.registry import register_loader
 
 FLOAT_HALF = frozenset({"float32", "float16"})
 _RESIDUAL = {"LayerNormFused": 3, "RMSNormFused": 2}
@@ -191,6 +190,3 @@ def kernels() -> list[Kernel]:
                min_ort=(1, 23), requires=_compute_matches, cost=0.7,
                notes="ONNX RMSNormalization"),
     ]
-
-
-register_loader(kernels)

@@ -15,7 +15,6 @@ from __future__ import annotations
 from onnxopt.ir.node import Node
 from onnxopt.legality.target import Target
 from onnxopt.select.kernel import BOTH_PROVIDERS, MS_DOMAIN, Kernel
-from onnxopt.select.registry import register_loader
 
 _HALVES = ("reads half-width cos/sin caches (one value per frequency); the node's full-width "
            "cos/sin are not proved to be two equal halves")
@@ -42,6 +41,3 @@ def kernels() -> list[Kernel]:
                emit=_never, dtypes=frozenset({"float32", "float16"}), providers=BOTH_PROVIDERS,
                min_opset=23, min_ort=(1, 23), requires=_onnx23_requires, notes="ONNX"),
     ]
-
-
-register_loader(kernels)

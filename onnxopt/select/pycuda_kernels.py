@@ -47,7 +47,6 @@ from onnxopt.ir.node import Node
 from onnxopt.legality.target import Target
 from onnxopt.runtime.cuda import DOMAIN, OPSET, attention, devices, metadata, norms
 from onnxopt.select.kernel import Kernel
-from onnxopt.select.registry import register_loader
 
 CUDA_ONLY = frozenset({"CUDAExecutionProvider"})
 ATTENTION_MASKS = frozenset({"none", "causal", "key_padding", "causal+key_padding", "additive"})
@@ -450,6 +449,3 @@ def _records() -> list[Kernel]:
                 supported_masks=ATTENTION_MASKS if rec["op"] == "FlashAttention" else None,
                 notes=rec["notes"], providers=CUDA_ONLY, opsets={DOMAIN: OPSET}))
     return records
-
-
-register_loader(pycuda_kernels)
