@@ -24,7 +24,7 @@ from onnxopt.ir.model import Model
 from onnxopt.ir.node import Node
 from onnxopt.ir.verifier import verify_graph
 from onnxopt.legality.predicates import used_outside
-from onnxopt.legality.target import Target, make_target
+from onnxopt.legality.target import Target
 from onnxopt.match.pattern import Builder, Match, Trace, match_pattern, pattern_names
 from onnxopt.ops import FUSED_OPS
 from onnxopt.options import OptimizeOptions
@@ -46,12 +46,11 @@ def selected_rules(options: OptimizeOptions) -> list[Rule]:
     return [r for r in rules if r.name not in options.disable]
 
 
-def run(model: Model, options: OptimizeOptions) -> FusionReport | None:
-    """The fuse stage: every selected rule over every graph (the pipeline settles after)."""
+def run(model: Model, options: OptimizeOptions, target: Target) -> FusionReport | None:
+    """The fuse stage: every selected rule over every graph, for the run's target (the
+    pipeline builds it once and settles after)."""
     if not options.fuse:
         return None
-    target = make_target(options.target, determinism=options.determinism,
-                         ort_version=options.ort_version, opset=options.opset)
     return fuse(model, selected_rules(options), target, debug=options.debug,
                 hold_back=options.skips_region)
 

@@ -15,6 +15,7 @@ import pytest
 
 from onnxopt import normalize, select
 from onnxopt.importer import import_model
+from onnxopt.legality.target import run_target
 from onnxopt.normalize import shape_rules, shapes
 from onnxopt.normalize._common import all_graphs
 from onnxopt.options import OptimizeOptions
@@ -37,8 +38,9 @@ def _optimized(path: str) -> list:
     options = OptimizeOptions(target="cpu")
     model = import_model(path)
     normalize.run(model, options)
-    fuse_and_settle(model, options)
-    select.run(model, options)
+    target = run_target(options, model.opset)
+    fuse_and_settle(model, options, target)
+    select.run(model, options, target)
     normalize.run(model, options)
     return _state(model)
 
