@@ -33,17 +33,19 @@ from onnxopt.rules.base import Facts, Rule
 
 
 def selected_rules(options: OptimizeOptions) -> list[Rule]:
-    """The built-in rules and the caller's own, less those ``--only``/``--disable`` exclude."""
+    """The built-in rules and the caller's own, less those ``--only``/``--disable`` exclude.
+    They name families (``layer_norm`` is both of its spellings' rules), or, from the Python
+    API, one rule by its own name (``layer_norm_op``)."""
     rules = [*all_rules(), *options.extra_rules]
-    names = {r.name for r in rules}
+    known = {r.family for r in rules} | {r.name for r in rules}
     for name in set(options.only) | set(options.disable):
-        if name not in names:
-            raise UsageError(f"unknown rule '{name}' (rules: {', '.join(sorted(names))})")
+        if name not in known:
+            raise UsageError(f"unknown rule '{name}' (rules: {', '.join(sorted(known))})")
     if not options.rules:
         return []
     if options.only:
-        rules = [r for r in rules if r.name in options.only]
-    return [r for r in rules if r.name not in options.disable]
+        rules = [r for r in rules if {r.family, r.name} & options.only]
+    return [r for r in rules if not {r.family, r.name} & options.disable]
 
 
 def run(model: Model, options: OptimizeOptions, target: Target) -> FusionReport | None:
@@ -68,7 +70,8 @@ HELD_BACK = "held back: with this fusion the result did not pass the output chec
 class Region:
     """One candidate region of one rule: fused, refused, or a partial match."""
 
-    rule: str
+    rule: str  # the rule's own name (unique)
+    family: str  # its family, what the summary counts by (:class:`onnxopt.rules.base.Rule`)
     root: str
     status: str  # "fused" | "refused" | "partial"
     detail: str
@@ -90,7 +93,8 @@ class FusionReport:
     def summary(self) -> dict[str, dict]:
         out: dict[str, dict] = {}
         for r in self.regions:
-            entry = out.setdefault(r.rule, {"fused": 0, "refused": 0, "partial": 0, "reasons": {}})
+            entry = out.setdefault(r.family, {"fused": 0, "refused": 0, "partial": 0,
+                                              "reasons": {}})
             entry[r.status] += 1
             if r.status != "fused":
                 entry["reasons"][r.detail] = entry["reasons"].get(r.detail, 0) + 1
@@ -98,8 +102,9 @@ class FusionReport:
             entry["reasons"] = dict(sorted(entry["reasons"].items(), key=lambda kv: -kv[1]))
         return out
 
-    def count(self, rule: str, status: str = "fused") -> int:
-        return sum(1 for r in self.regions if r.rule == rule and r.status == status)
+    def count(self, family: str, status: str = "fused") -> int:
+        """Regions of ``status`` of the rules of ``family`` (the names ``--only`` takes)."""
+        return sum(1 for r in self.regions if r.family == family and r.status == status)
 
     def to_json(self) -> dict:
         return {"summary": self.summary(), "regions": [r.to_json() for r in self.regions]}
@@ -176,8 +181,8 @@ def _run_worklist(graph: Graph, by_root, target: Target, report: FusionReport, d
             if m is None:
                 best = trace.best
                 if best is not None and best.progress >= CANDIDATE_PROGRESS:
-                    report.regions.append(Region(rule.name, node.name, "partial", best.reason,
-                                                 best.progress))
+                    report.regions.append(Region(rule.name, rule.family, node.name, "partial",
+                                                 best.reason, best.progress))
                 continue
             verdict = used_outside(m.nodes, m.root) or rule.legal(m, target)
             reason = verdict if isinstance(verdict, str) else None
@@ -188,13 +193,13 @@ def _run_worklist(graph: Graph, by_root, target: Target, report: FusionReport, d
                 reason = (f"{STOPPED} after {cap} rewrites in a graph of {nodes} node(s): its "
                           "output matches its own pattern again")
             if reason:
-                report.regions.append(Region(rule.name, node.name, "refused", reason,
-                                             len(m.nodes)))
+                report.regions.append(Region(rule.name, rule.family, node.name, "refused",
+                                             reason, len(m.nodes)))
                 continue
             if apply:
                 rewrites[rule.name] = rewrites.get(rule.name, 0) + 1
-            region = Region(rule.name, node.name, "fused", rule.describe(m, verdict),
-                            len(m.nodes))
+            region = Region(rule.name, rule.family, node.name, "fused",
+                            rule.describe(m, verdict), len(m.nodes))
             report.regions.append(region)
             if not apply:
                 continue
@@ -213,7 +218,9 @@ def _apply(graph: Graph, rule: Rule, m: Match, facts: Facts | None, debug: bool
     fused region now holds (:mod:`onnxopt.ir.exactness`)."""
     extra = facts.outputs if facts is not None else ()
     anchor = extra[0].producer if extra else m.root
-    b = NodeBuilder(graph, anchor, rule.name, schemas=FUSED_OPS)
+    # Named after the family: the written model's node names are the same whichever of a
+    # family's spellings a region had (explain finds a rule's kernels by that name).
+    b = NodeBuilder(graph, anchor, rule.family, schemas=FUSED_OPS)
     result = rule.rewrite(b, m, facts)
     # A Value replaces the root's first output; a list replaces each of the match's outputs
     # (None for one nobody reads), or, one shorter by the root's further outputs, its first

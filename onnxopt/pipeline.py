@@ -395,10 +395,10 @@ def explain_model(result: OptimizeResult, rule: str | None = None) -> Explanatio
     stages = result.report.stages
     report = stages.get("fuse") or FusionReport()
     selection = stages.get("select")
-    if rule:
-        report = FusionReport([r for r in report.regions if r.rule == rule])
+    if rule:  # a family, as --only takes it
+        report = FusionReport([r for r in report.regions if r.family == rule])
         if selection is not None:
-            # fused nodes are named "<rule>/<op>" by the rewrite builder
+            # fused nodes are named "<family>/<op>" by the rewrite builder
             selection.selections = [s for s in selection.selections
                                     if s.node.split("/")[0] == rule]
     return Explanation(report, selection, stages.get("safeguard"))
