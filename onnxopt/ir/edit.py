@@ -52,21 +52,6 @@ def rename(graph: Graph, value: Value, name: str) -> None:
     value.name = name
 
 
-def bypass(graph: Graph, node: Node, output_index: int = 0, input_index: int = 0) -> bool:
-    """Remove a node that passes one input through unchanged (Identity, no-op Cast, ...)."""
-    out = node.outputs[output_index]
-    src = node.inputs[input_index]
-    if src is None:
-        return False
-    for k, other in enumerate(node.outputs):
-        if k != output_index and (other.num_uses or other in graph.output_set()):
-            return False
-    if not replace_value(graph, out, src):
-        return False
-    graph.remove(node)
-    return True
-
-
 def remove_if_dead(graph: Graph, node: Node) -> bool:
     """Remove ``node`` if none of its outputs is read or is a graph output."""
     outs = graph.output_set()

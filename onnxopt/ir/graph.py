@@ -212,9 +212,6 @@ class Graph:
         for out in node.outputs:
             out.graph = self
 
-    def insert_after(self, ref: Node, node: Node) -> None:
-        self.insert_before(ref._next, node)
-
     def move_before(self, ref: Node, node: Node) -> None:
         """Move a node of this graph so that it sits right before ``ref``."""
         self._unlink(node)

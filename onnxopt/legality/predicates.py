@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from onnxopt.ir.dtypes import FLOAT_TYPES
 from onnxopt.ir.node import Node
 from onnxopt.ir.value import Value
 from onnxopt.legality.target import Target
@@ -34,12 +33,6 @@ def used_outside(nodes: Iterable[Node], root: Node) -> str | None:
             for user, _ in out.uses():
                 if id(user) not in inside and user.op_type not in SHAPE_READERS:
                     return f"%{out.name} is also used by {user.name} ({user.op_type}) outside the match"
-    return None
-
-
-def float_dtype(value: Value, what: str) -> str | None:
-    if value.dtype not in FLOAT_TYPES:
-        return f"%{value.name}: {what} needs a float tensor, got {value.dtype}"
     return None
 
 

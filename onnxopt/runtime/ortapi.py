@@ -102,10 +102,6 @@ class OrtApi:
             self.ReleaseStatus(status)
             raise OrtCallError(function, code, message)
 
-    def release_status(self, status: int | None) -> None:
-        if status:
-            self.ReleaseStatus(status)
-
 
 _bound: OrtApi | None = None
 

@@ -1,13 +1,11 @@
-"""Small helpers the emitters share: constants, layout conversions, attribute views."""
+"""Small helpers the emitters share: constants, layout conversions, the NaN guard."""
 
 from __future__ import annotations
-
-from typing import Any
 
 import numpy as np
 
 from onnxopt.ir.dtypes import numpy_dtype
-from onnxopt.ir.node import STANDARD_DOMAINS, Node
+from onnxopt.ir.node import STANDARD_DOMAINS
 from onnxopt.ir.value import Value
 
 BNSH_TO_BSNH = (0, 2, 1, 3)
@@ -37,20 +35,3 @@ def transposed_from(value: Value, perm) -> Value | None:
 def zero_nan(b, x: Value, dtype: str | None) -> Value:
     """``Where(IsNaN(x), 0, x)``: the NaN guard of ``nan_to_zero``."""
     return b.op("Where", b.op("IsNaN", x), scalar(b, 0.0, dtype, "zero"), x)
-
-
-class NodeView:
-    """A read-only view of a node with some attributes overridden (to reuse a decomposition
-    for a variant: the same inputs, a different attribute)."""
-
-    def __init__(self, node: Node, **attrs: Any) -> None:
-        self._node = node
-        self._attrs = attrs
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._node, name)
-
-    def attr(self, name: str, default: Any = None) -> Any:
-        if name in self._attrs:
-            return self._attrs[name]
-        return self._node.attr(name, default)
