@@ -129,21 +129,10 @@ def fuse(model: Model, rules: list[Rule], target: Target, *, debug: bool = False
         names = pattern_names(pattern)
         for root in (rule.root,) if isinstance(rule.root, str) else rule.root:
             by_root.setdefault(root, []).append((rule, pattern, names))
-    for graph in _graphs(model.graph):
+    for graph in model.graph.all_graphs():
         _run_worklist(graph, by_root, target, report, debug, apply,
                       hold_back or (lambda _rule, _root: False))
     return report
-
-
-def _graphs(graph: Graph) -> list[Graph]:
-    """``graph`` and every subgraph below it, outer first (a snapshot: rules may add some)."""
-    out, stack = [], [graph]
-    while stack:
-        g = stack.pop()
-        out.append(g)
-        for node in g:
-            stack.extend(node.subgraphs())
-    return out
 
 
 # A rule rewrites at most this many times per node of a graph (and at least the floor): a rule

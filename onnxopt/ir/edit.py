@@ -52,10 +52,20 @@ def rename(graph: Graph, value: Value, name: str) -> None:
     value.name = name
 
 
-def remove_if_dead(graph: Graph, node: Node) -> bool:
-    """Remove ``node`` if none of its outputs is read or is a graph output."""
-    outs = graph.output_set()
-    if any(o.num_uses or o in outs for o in node.outputs):
-        return False
-    graph.remove(node)
-    return True
+def remove_if_dead(graph: Graph, *nodes: Node | None) -> int:
+    """Remove each of ``nodes`` none of whose outputs is read or is a graph output; return how
+    many were removed (truthy when one was).
+
+    The one dead-node remover every stage uses. Give a rewrite's leftovers readers first (the
+    old root, then what fed it): removing one can leave the next unread. A node no longer in
+    ``graph`` (an earlier step removed it) and ``None`` (no such node) are skipped."""
+    outputs = graph.output_set()
+    removed = 0
+    for node in nodes:
+        if node is None or node.graph is not graph:
+            continue
+        if any(o.num_uses or o in outputs for o in node.outputs):
+            continue
+        graph.remove(node)
+        removed += 1
+    return removed
