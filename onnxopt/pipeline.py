@@ -2,10 +2,11 @@
 
     import → normalize → fuse (match, legality, rewrite) → select → export
 
-Each stage is a function of the IR it receives; no stage calls an earlier
-one. The driver collects what the report shows: node counts by op before and
-after, seconds per stage, and what each stage has to say (fusions, refusals,
-kernel choices).
+Each stage is a function of the IR it receives (and, for fuse and select, of
+the run's one target, which the driver builds); no stage calls an earlier one.
+The driver collects what the report shows: node counts by op before and after,
+seconds per stage, and what each stage has to say (fusions, refusals, kernel
+choices).
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Edits that passes share, built on Graph's primitive operations.
+"""Edits that every stage shares (normalization, fusion, kernel binding), built on Graph's
+primitive operations.
 
 The one subtle case is a value that is a graph output: the model's interface
 (output names) must not change, so replacing it either renames the
