@@ -35,6 +35,7 @@ def bound_session(kernel_name: str, tiers=None):
     from onnxopt import select
     from onnxopt.exporter import export_model
     from onnxopt.importer import import_model
+    from onnxopt.legality.target import run_target
     from onnxopt.options import OptimizeOptions
     from onnxopt.select import causal_blocks
     from onnxopt.select.registry import default_registry
@@ -44,7 +45,8 @@ def bound_session(kernel_name: str, tiers=None):
     causal_blocks.TIERS = tiers or saved
     try:
         model = import_model(onnx.parser.parse_model(TEXT))
-        select.run(model, OptimizeOptions(target="cpu"), registry=[kernel])
+        options = OptimizeOptions(target="cpu")
+        select.run(model, options, run_target(options, model.opset), registry=[kernel])
         proto = export_model(model)
     finally:
         causal_blocks.TIERS = saved

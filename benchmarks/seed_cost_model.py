@@ -18,9 +18,10 @@ from collections import defaultdict
 from onnxopt import normalize
 from onnxopt.importer import import_model
 from onnxopt.ir.builder import FUSED_DOMAIN
+from onnxopt.legality.target import run_target
 from onnxopt.options import OptimizeOptions
 from onnxopt.pipeline import fuse_and_settle
-from onnxopt.select import cost_model, select_target
+from onnxopt.select import cost_model
 from onnxopt.select.registry import default_registry
 from onnxopt.select.selector import legal_kernels
 from onnxopt.select.shapes import Binding
@@ -40,8 +41,8 @@ def main(argv: list[str] | None = None) -> int:
     for path in args.models:
         model = import_model(path)
         normalize.run(model, options)
-        fuse_and_settle(model, options)
-        target = select_target(model, options)
+        target = run_target(options, model.opset)
+        fuse_and_settle(model, options, target)
         seen: set[str] = set()
         for shape in args.shapes.split(","):
             batch, seq = (int(x) for x in shape.split("x"))

@@ -26,7 +26,7 @@ from onnxopt.ir.model import Model
 from onnxopt.ir.node import Node
 from onnxopt.ir.verifier import verify_graph
 from onnxopt.legality.predicates import used_outside
-from onnxopt.legality.target import Target, make_target
+from onnxopt.legality.target import Target
 from onnxopt.match.pattern import Builder, Match, Trace, match_pattern, pattern_names
 from onnxopt.ops import FUSED_OPS
 from onnxopt.options import OptimizeOptions
@@ -36,25 +36,26 @@ from onnxopt.rules.base import Facts, Rule
 
 
 def selected_rules(options: OptimizeOptions) -> list[Rule]:
-    """The built-in rules and the caller's own, less those ``--only``/``--disable`` exclude."""
+    """The built-in rules and the caller's own, less those ``--only``/``--disable`` exclude.
+    They name families (``layer_norm`` is both of its spellings' rules), or, from the Python
+    API, one rule by its own name (``layer_norm_op``)."""
     rules = [*all_rules(), *options.extra_rules]
-    names = {r.name for r in rules}
+    known = {r.family for r in rules} | {r.name for r in rules}
     for name in set(options.only) | set(options.disable):
-        if name not in names:
-            raise UsageError(f"unknown rule '{name}' (rules: {', '.join(sorted(names))})")
+        if name not in known:
+            raise UsageError(f"unknown rule '{name}' (rules: {', '.join(sorted(known))})")
     if not options.rules:
         return []
     if options.only:
-        rules = [r for r in rules if r.name in options.only]
-    return [r for r in rules if r.name not in options.disable]
+        rules = [r for r in rules if {r.family, r.name} & options.only]
+    return [r for r in rules if not {r.family, r.name} & options.disable]
 
 
-def run(model: Model, options: OptimizeOptions) -> FusionReport | None:
-    """The fuse stage: every selected rule over every graph (the pipeline settles after)."""
+def run(model: Model, options: OptimizeOptions, target: Target) -> FusionReport | None:
+    """The fuse stage: every selected rule over every graph, for the run's target (the
+    pipeline builds it once and settles after)."""
     if not options.fuse:
         return None
-    target = make_target(options.target, determinism=options.determinism,
-                         ort_version=options.ort_version, opset=options.opset)
     return fuse(model, selected_rules(options), target, debug=options.debug,
                 hold_back=options.skips_region)
 
@@ -84,7 +85,8 @@ class Region:
     ``code`` is the refusal's stable code (None where fused): what reports group by, while
     ``detail`` is the sentence (fused: what was matched) a person reads."""
 
-    rule: str
+    rule: str  # the rule's own name (unique)
+    family: str  # its family, what the summary counts by (:class:`onnxopt.rules.base.Rule`)
     root: str
     status: MatchStatus
     detail: str
@@ -95,13 +97,14 @@ class Region:
     code: str | None = None
 
     @classmethod
-    def not_fused(cls, rule: str, root: str, status: MatchStatus, reason: Refusal,
-                  nodes: int) -> Region:
+    def not_fused(cls, rule: str, family: str, root: str, status: MatchStatus,
+                  reason: Refusal, nodes: int) -> Region:
         """A refused or partial region, said with ``reason``'s sentence and code."""
-        return cls(rule, root, status, reason.text, nodes, code=reason.code)
+        return cls(rule, family, root, status, reason.text, nodes, code=reason.code)
 
     def to_json(self) -> dict:
-        return {"rule": self.rule, "root": self.root, "status": self.status.value,
+        return {"rule": self.rule, "family": self.family, "root": self.root,
+                "status": self.status.value,
                 "code": self.code, "detail": self.detail, "nodes": self.nodes,
                 "inexact": list(self.inexact)}
 
@@ -118,18 +121,19 @@ class FusionReport:
         reasons: dict[str, Counter] = {}
         codes: dict[str, Counter] = {}
         for r in self.regions:
-            entry = out.setdefault(r.rule, {"fused": 0, "refused": 0, "partial": 0})
+            entry = out.setdefault(r.family, {"fused": 0, "refused": 0, "partial": 0})
             entry[r.status.value] += 1
             if r.status != MatchStatus.FUSED:
-                reasons.setdefault(r.rule, Counter())[r.detail] += 1
-                codes.setdefault(r.rule, Counter())[r.code] += 1
-        for rule, entry in out.items():
-            entry["reasons"] = dict(reasons.get(rule, Counter()).most_common())
-            entry["codes"] = dict(codes.get(rule, Counter()).most_common())
+                reasons.setdefault(r.family, Counter())[r.detail] += 1
+                codes.setdefault(r.family, Counter())[r.code] += 1
+        for family, entry in out.items():
+            entry["reasons"] = dict(reasons.get(family, Counter()).most_common())
+            entry["codes"] = dict(codes.get(family, Counter()).most_common())
         return out
 
-    def count(self, rule: str, status: str = MatchStatus.FUSED) -> int:
-        return sum(1 for r in self.regions if r.rule == rule and r.status == status)
+    def count(self, family: str, status: str = MatchStatus.FUSED) -> int:
+        """Regions of ``status`` of the rules of ``family`` (the names ``--only`` takes)."""
+        return sum(1 for r in self.regions if r.family == family and r.status == status)
 
     def to_json(self) -> dict:
         return {"summary": self.summary(), "regions": [r.to_json() for r in self.regions]}
@@ -154,21 +158,10 @@ def fuse(model: Model, rules: list[Rule], target: Target, *, debug: bool = False
         names = pattern_names(pattern)
         for root in (rule.root,) if isinstance(rule.root, str) else rule.root:
             by_root.setdefault(root, []).append((rule, pattern, names))
-    for graph in _graphs(model.graph):
+    for graph in model.graph.all_graphs():
         _run_worklist(graph, by_root, target, report, debug, apply,
                       hold_back or (lambda _rule, _root: False))
     return report
-
-
-def _graphs(graph: Graph) -> list[Graph]:
-    """``graph`` and every subgraph below it, outer first (a snapshot: rules may add some)."""
-    out, stack = [], [graph]
-    while stack:
-        g = stack.pop()
-        out.append(g)
-        for node in g:
-            stack.extend(node.subgraphs())
-    return out
 
 
 # A rule rewrites at most this many times per node of a graph (and at least the floor): a rule
@@ -206,7 +199,7 @@ def _run_worklist(graph: Graph, by_root, target: Target, report: FusionReport, d
             if m is None:
                 best = trace.best
                 if best is not None and best.progress >= CANDIDATE_PROGRESS:
-                    report.regions.append(Region.not_fused(rule.name, node.name,
+                    report.regions.append(Region.not_fused(rule.name, rule.family, node.name,
                                                            MatchStatus.PARTIAL, best.reason,
                                                            best.progress))
                 continue
@@ -219,13 +212,13 @@ def _run_worklist(graph: Graph, by_root, target: Target, report: FusionReport, d
                 reason = Refusal(STOPPED, f"stopped after {cap} rewrites in a graph of {nodes} "
                                  "node(s): its output matches its own pattern again", node.name)
             if reason:
-                report.regions.append(Region.not_fused(rule.name, node.name,
+                report.regions.append(Region.not_fused(rule.name, rule.family, node.name,
                                                        MatchStatus.REFUSED, reason, len(m.nodes)))
                 continue
             if apply:
                 rewrites[rule.name] = rewrites.get(rule.name, 0) + 1
-            region = Region(rule.name, node.name, MatchStatus.FUSED, rule.describe(m, verdict),
-                            len(m.nodes))
+            region = Region(rule.name, rule.family, node.name, MatchStatus.FUSED,
+                            rule.describe(m, verdict), len(m.nodes))
             report.regions.append(region)
             if not apply:
                 continue
@@ -254,7 +247,9 @@ def _apply(graph: Graph, rule: Rule, m: Match, facts: Facts | None, debug: bool
     fused region now holds (:mod:`onnxopt.ir.exactness`)."""
     extra = facts.outputs if facts is not None else ()
     anchor = extra[0].producer if extra else m.root
-    b = NodeBuilder(graph, anchor, rule.name, schemas=FUSED_OPS)
+    # Named after the family: the written model's node names are the same whichever of a
+    # family's spellings a region had (explain finds a rule's kernels by that name).
+    b = NodeBuilder(graph, anchor, rule.family, schemas=FUSED_OPS)
     result = rule.rewrite(b, m, facts)
     # A Value replaces the root's first output; a list replaces each of the match's outputs
     # (None for one nobody reads), or, one shorter by the root's further outputs, its first

@@ -62,7 +62,8 @@ class OptimizeOptions:
     """Options of one optimization run.
 
     ``target`` is ``"cpu"``, ``"cuda"`` or ``None`` (probe the machine).
-    ``only``/``disable`` switch fusion rules by name; ``rules=False`` runs none
+    ``only``/``disable`` switch fusion rules by family (``layer_norm``: both of its
+    spellings' rules), or one rule by its own name (``layer_norm_op``); ``rules=False`` runs none
     (normalization alone, which then makes only bit-exact rewrites); ``fuse=False``
     rewrites nothing at all (import and export only). ``debug`` runs the IR
     verifier after every pass and makes rule bookkeeping errors fatal.
@@ -79,7 +80,7 @@ class OptimizeOptions:
     ``hold_back`` names what this run must not do, as the safeguard finds it
     (:mod:`onnxopt.safeguard`): a :class:`PassUnit` skips a normalization pass, a
     :class:`RuleUnit` a fusion rule, a :class:`FusionUnit` one fusion region (the
-    rule at the node it ends at). ``extra_rules`` adds fusion rules of the
+    rule at the node it ends at), each rule by its own name. ``extra_rules`` adds fusion rules of the
     caller's own (instances of :class:`onnxopt.rules.base.Rule`).
     """
 

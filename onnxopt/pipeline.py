@@ -2,16 +2,18 @@
 
     import → normalize → fuse (match, legality, rewrite) → select → export
 
-Each stage is a function of the IR it receives; no stage calls an earlier
-one. The driver collects what the report shows: node counts by op before and
-after, seconds per stage, and what each stage has to say (fusions, refusals,
-kernel choices).
+Each stage is a function of the IR it receives (and, for fuse and select, of
+the run's one target, which the driver builds); no stage calls an earlier one.
+The driver collects what the report shows: node counts by op before and after,
+seconds per stage, and what each stage has to say (fusions, refusals, kernel
+choices).
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import gc
 import time
 from collections import Counter
@@ -33,7 +35,7 @@ from onnxopt.ir.model import Model
 from onnxopt.ir.node import STANDARD_DOMAINS
 from onnxopt.ir.tensor import LazyTensor
 from onnxopt.ir.verifier import verify_graph
-from onnxopt.legality.target import make_target
+from onnxopt.legality.target import Target, run_target
 from onnxopt.options import OptimizeOptions
 from onnxopt.select import SelectReport
 
@@ -61,6 +63,9 @@ class OptimizeReport:
     stage_seconds: dict[str, float] = field(default_factory=dict)
     stages: dict[str, Any] = field(default_factory=dict)
     options: OptimizeOptions | None = None  # what the run was asked, for the report to say
+    # The run's one target, made when first asked (:func:`_target_once`): the report says what
+    # it resolved, whether or not a stage needed it.
+    target: Callable[[], Target] | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The body of ``optimize --json`` (``$defs/optimize`` in onnxopt/report.schema.json,
@@ -68,7 +73,8 @@ class OptimizeReport:
         names too (``shape arithmetic`` is ``shape_arithmetic`` here)."""
         return {
             "source": self.source,
-            **(_run_settings(self.options) if self.options is not None else {}),
+            **(_run_settings(self.options, self.target())
+               if self.options is not None and self.target is not None else {}),
             "nodes_before": dict(sorted(self.nodes_before.items())),
             "nodes_after": dict(sorted(self.nodes_after.items())),
             "total_nodes_before": sum(self.nodes_before.values()),
@@ -87,12 +93,10 @@ def _snake_keys(counts: dict[str, int]) -> dict[str, int]:
     return {"_".join(str(k).split()): v for k, v in counts.items()}
 
 
-def _run_settings(options: OptimizeOptions) -> dict[str, Any]:
+def _run_settings(options: OptimizeOptions, target: Target) -> dict[str, Any]:
     """The target the run resolved (``--target`` left open is the machine's) and every option
     as given, except the safeguard's own ``hold_back`` (the report's ``safeguard`` says what it
     held back)."""
-    target = make_target(options.target, determinism=options.determinism,
-                         ort_version=options.ort_version, opset=options.opset)
     given = {}
     for f in dataclasses.fields(options):
         value = getattr(options, f.name)
@@ -181,13 +185,21 @@ def run_pipeline(source: str | ModelProto, options: OptimizeOptions | None = Non
         model = timed("import", lambda: import_model(source))
         imported()
         report.nodes_before = op_histogram(model)
+        report.target = _target_once(options, model.opset)
         if options.debug:
             verify_graph(model.graph)
         model, (proto, external, encoded, left_out) = _run_stages(
-            model, options, timed, report, keep_left_out,
+            model, options, report.target, timed, report, keep_left_out,
             reimport=lambda: timed("import", lambda: import_model(source)))
     report.nodes_after = proto_histogram(proto.graph)
     return OptimizeResult(model, proto, external, report, encoded=encoded, left_out=left_out)
+
+
+def _target_once(options: OptimizeOptions, model_opset: int) -> Callable[[], Target]:
+    """The run's one target, built on the first call and the same one after (a reimport keeps
+    the model's opset). Built when a stage first needs it, not at import: it asks the ORT
+    helper for ORT's version, which import and the first normalization need not wait for."""
+    return functools.cache(lambda: run_target(options, model_opset))
 
 
 @contextlib.contextmanager
@@ -220,15 +232,20 @@ def _collector_spared():
         gc.unfreeze()
 
 
-def _run_stages(model: Model, options: OptimizeOptions, timed: Callable[[str, Callable], Any],
-                report: OptimizeReport, keep_left_out: bool, reimport: Callable[[], Model]
+def _run_stages(model: Model, options: OptimizeOptions, target: Callable[[], Target],
+                timed: Callable[[str, Callable], Any], report: OptimizeReport,
+                keep_left_out: bool, reimport: Callable[[], Model]
                 ) -> tuple[Model, tuple[ModelProto, dict[str, LazyTensor], dict[int, memoryview],
                                         dict[int, memoryview]]]:
     """The stages after import, then the export: the model the stages ended with, and what
-    :func:`export_model_encoded` returns."""
+    :func:`export_model_encoded` returns. ``target`` gives the run's one target."""
     if options.fuse:
-        model = confined_fusion(model, options, timed, report, reimport)
-        later = [("select", select.run),
+        model = confined_fusion(model, options, target, timed, report, reimport)
+
+        def select_stage(model: Model, options: OptimizeOptions) -> SelectReport | None:
+            return select.run(model, options, target())
+
+        later = [("select", select_stage),
                  # Emitted kernels bring layout conversions that may cancel against the model's
                  # own head split/merge; normalization runs again to clean up (exact rewrites
                  # only: what is not fused has had its chance, and what is fused is bound).
@@ -248,7 +265,7 @@ def _run_stages(model: Model, options: OptimizeOptions, timed: Callable[[str, Ca
 CONFINE_RUNS = 3
 
 
-def confined_fusion(model: Model, options: OptimizeOptions,
+def confined_fusion(model: Model, options: OptimizeOptions, target: Callable[[], Target],
                     timed: Callable[[str, Callable], Any], report: OptimizeReport,
                     reimport: Callable[[], Model]) -> Model:
     """Normalize and fuse so that every non-exact rewrite ends inside a fused region.
@@ -261,10 +278,14 @@ def confined_fusion(model: Model, options: OptimizeOptions,
     rewrites refused, are in the report (``exactness``)."""
     policy = ExactnessPolicy(inexact=_may_be_inexact(options))
     rounds = 0
+
+    def fuse_stage(model: Model, options: OptimizeOptions) -> FusionReport | None:
+        return fuse_and_settle(model, options, target())
+
     while True:
         model.exactness = policy
         rounds += 1
-        for name, stage in (("normalize", normalize.run), ("fuse", fuse_and_settle)):
+        for name, stage in (("normalize", normalize.run), ("fuse", fuse_stage)):
             summary = _stage(name, timed, options,
                              lambda stage=stage, model=model: stage(model, options))
             if summary is not None:
@@ -323,7 +344,8 @@ def _stage(name: str, timed: Callable[[str, Callable], Any], options: OptimizeOp
 SETTLE_ROUNDS = 3
 
 
-def fuse_and_settle(model: Model, options: OptimizeOptions) -> FusionReport | None:
+def fuse_and_settle(model: Model, options: OptimizeOptions, target: Target
+                    ) -> FusionReport | None:
     """Fuse, then settle: normalize, and fuse again while that removed fused nodes.
 
     A rewrite can leave the nodes it replaced alive through shape readers alone (a
@@ -333,7 +355,7 @@ def fuse_and_settle(model: Model, options: OptimizeOptions) -> FusionReport | No
     outside the match"). After the settle the refused regions get a second round, and
     stage 6 sees only fused nodes whose results are used.
     """
-    report = fuse.run(model, options)
+    report = fuse.run(model, options, target)
     if report is None:
         return None
     for _ in range(SETTLE_ROUNDS - 1):
@@ -341,7 +363,7 @@ def fuse_and_settle(model: Model, options: OptimizeOptions) -> FusionReport | No
         normalize.run(model, options)
         if fuse.fused_node_count(model) == before:
             break
-        again = fuse.run(model, options)
+        again = fuse.run(model, options, target)
         # Every candidate is matched again: keep the first round's fusions, and the second
         # round's word on everything (what still cannot fuse, and why).
         report.regions = ([r for r in report.regions if r.status == MatchStatus.FUSED]
@@ -376,8 +398,8 @@ def explain_model(result: OptimizeResult, rule: str | None = None) -> Explanatio
     stages = result.report.stages
     report = stages.get("fuse") or FusionReport()
     selection = stages.get("select")
-    if rule:
-        report = FusionReport([r for r in report.regions if r.rule == rule])
+    if rule:  # a family, as --only takes it
+        report = FusionReport([r for r in report.regions if r.family == rule])
         if selection is not None:
             selection.selections = [s for s in selection.selections if s.rule == rule]
     return Explanation(report, selection, stages.get("safeguard"))

@@ -29,15 +29,27 @@ def write_json(path: str, data: dict, command: str | None = None) -> None:
 
 
 def rule_names() -> list[str]:
-    """The fusion rules' names, as ``--only``/``--disable`` take them."""
+    """The fusion rules' families, as ``--only``/``--disable`` take them."""
     from onnxopt.rules import all_rules
 
-    return sorted({r.name for r in all_rules()})
+    return sorted({r.family for r in all_rules()})
+
+
+def rule_spellings() -> str:
+    """The families with a rule per spelling, in words: ``layer_norm is layer_norm_op and
+    layer_norm; ...`` (the names regions and hold-back units carry)."""
+    from onnxopt.rules import all_rules
+
+    members: dict[str, list[str]] = {}
+    for r in all_rules():
+        members.setdefault(r.family, []).append(r.name)
+    return "; ".join(f"{family} is {' and '.join(names)}"
+                     for family, names in sorted(members.items()) if len(names) > 1)
 
 
 def rule_options(f):
     """``--only RULE`` and ``--disable RULE`` (repeatable), their help listing the rules."""
-    names = ", ".join(rule_names())
+    names = f"{', '.join(rule_names())} ({rule_spellings()}: one rule per spelling)"
     f = click.option("--disable", multiple=True, metavar="RULE",
                      help=f"Do not run this fusion rule (repeatable). Rules: {names}.")(f)
     return click.option("--only", multiple=True, metavar="RULE",

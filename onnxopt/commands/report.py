@@ -204,10 +204,6 @@ _STAGE_PRINTERS = {"normalize": print_normalize, "fuse": print_fusion, "select":
                    "safeguard": print_safeguard}
 
 
-def register_stage_printer(stage: str, printer) -> None:
-    _STAGE_PRINTERS[stage] = printer
-
-
 def print_verify(report: VerifyReport) -> None:
     out = console()
     table = new_table("verify")

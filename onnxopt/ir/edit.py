@@ -1,4 +1,5 @@
-"""Edits that passes share, built on Graph's primitive operations.
+"""Edits that every stage shares (normalization, fusion, kernel binding), built on Graph's
+primitive operations.
 
 The one subtle case is a value that is a graph output: the model's interface
 (output names) must not change, so replacing it either renames the
@@ -52,25 +53,20 @@ def rename(graph: Graph, value: Value, name: str) -> None:
     value.name = name
 
 
-def bypass(graph: Graph, node: Node, output_index: int = 0, input_index: int = 0) -> bool:
-    """Remove a node that passes one input through unchanged (Identity, no-op Cast, ...)."""
-    out = node.outputs[output_index]
-    src = node.inputs[input_index]
-    if src is None:
-        return False
-    for k, other in enumerate(node.outputs):
-        if k != output_index and (other.num_uses or other in graph.output_set()):
-            return False
-    if not replace_value(graph, out, src):
-        return False
-    graph.remove(node)
-    return True
+def remove_if_dead(graph: Graph, *nodes: Node | None) -> int:
+    """Remove each of ``nodes`` none of whose outputs is read or is a graph output; return how
+    many were removed (truthy when one was).
 
-
-def remove_if_dead(graph: Graph, node: Node) -> bool:
-    """Remove ``node`` if none of its outputs is read or is a graph output."""
-    outs = graph.output_set()
-    if any(o.num_uses or o in outs for o in node.outputs):
-        return False
-    graph.remove(node)
-    return True
+    The one dead-node remover every stage uses. Give a rewrite's leftovers readers first (the
+    old root, then what fed it): removing one can leave the next unread. A node no longer in
+    ``graph`` (an earlier step removed it) and ``None`` (no such node) are skipped."""
+    outputs = graph.output_set()
+    removed = 0
+    for node in nodes:
+        if node is None or node.graph is not graph:
+            continue
+        if any(o.num_uses or o in outputs for o in node.outputs):
+            continue
+        graph.remove(node)
+        removed += 1
+    return removed

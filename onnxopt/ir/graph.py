@@ -123,6 +123,19 @@ class Graph:
                 yield cur
             cur = cur._prev
 
+    def all_graphs(self) -> list[Graph]:
+        """This graph and every subgraph below it (If/Loop/Scan bodies), outer graphs first.
+        A list taken before the caller walks it: a rewrite may add or drop subgraphs meanwhile."""
+        out: list[Graph] = []
+        stack = [self]
+        while stack:
+            g = stack.pop()
+            out.append(g)
+            if g.holds_subgraphs:
+                for node in g:
+                    stack.extend(node.subgraphs())
+        return out
+
     def all_nodes(self) -> Iterator[Node]:
         """Every node, subgraphs included (depth first)."""
         if not self.holds_subgraphs:
@@ -211,9 +224,6 @@ class Graph:
             self._owners += 1
         for out in node.outputs:
             out.graph = self
-
-    def insert_after(self, ref: Node, node: Node) -> None:
-        self.insert_before(ref._next, node)
 
     def move_before(self, ref: Node, node: Node) -> None:
         """Move a node of this graph so that it sits right before ``ref``."""

@@ -175,6 +175,9 @@ def same(a: Dim, b: Dim) -> bool:
 
 
 def broadcast(a: Dim, b: Dim) -> Dim:
+    """The dim two broadcast dims give, where it is provable; else None (unknown). The one
+    broadcast rule of the project: shape inference and the passes that shape new nodes read
+    it, so a node a pass makes has the shape inference would give it."""
     if a == 1:
         return b
     if b == 1:
@@ -192,6 +195,7 @@ def broadcast(a: Dim, b: Dim) -> Dim:
 
 
 def broadcast_shapes(*shapes):
+    """NumPy-style broadcast of symbolic shapes by :func:`broadcast`; None if one is unknown."""
     if any(s is None for s in shapes):
         return None
     rank = max(len(s) for s in shapes)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from onnxopt.ir.dtypes import FLOAT_TYPES
 from onnxopt.ir.node import Node
 from onnxopt.ir.value import Value
 from onnxopt.legality.target import Target
@@ -41,13 +40,6 @@ def used_outside(nodes: Iterable[Node], root: Node) -> Refusal | None:
                     return Refusal("used_outside_match",
                                    f"%{out.name} is also used by {user.name} ({user.op_type}) "
                                    "outside the match", f"%{out.name}")
-    return None
-
-
-def float_dtype(value: Value, what: str) -> Refusal | None:
-    if value.dtype not in FLOAT_TYPES:
-        return Refusal("not_float", f"%{value.name}: {what} needs a float tensor, got "
-                       f"{value.dtype}", f"%{value.name}")
     return None
 
 

@@ -369,9 +369,6 @@ class Match:
         raise AttributeError(f"the pattern binds no {name!r} (it binds "
                              f"{', '.join(sorted(self.__dict__.get('_names', ()))) or 'nothing'})")
 
-    def has(self, name: str) -> bool:
-        return name in self._bindings
-
     def __repr__(self) -> str:
         return f"Match(root={self.root.name}, nodes={len(self.nodes)})"
 

@@ -2,8 +2,11 @@
 
 Each pass lives in its own file and reads top to bottom; what several of them
 need — "is this a standard-domain op", "is this operand a scalar constant",
-"make a node and keep its meaning annotated", broadcasting of symbolic shapes —
-lives here once, so that the passes differ only in what they rewrite.
+"make a node and keep its meaning annotated" — lives here once, so that the
+passes differ only in what they rewrite. What other stages need too lives below,
+in the IR: the walk over every graph (``Graph.all_graphs``), the broadcast of
+symbolic shapes (``ir.symdim.broadcast_shapes``, the rule shape inference uses)
+and the dead-node remover (``ir.edit.remove_if_dead``).
 """
 
 from __future__ import annotations
@@ -40,23 +43,10 @@ def is_op(node: Node | None, *op_types: str) -> bool:
     return node is not None and node.domain in STANDARD_DOMAINS and node.op_type in op_types
 
 
-def all_graphs(model: Model) -> list[Graph]:
-    """The main graph and every subgraph (If/Loop/Scan bodies), outer graphs first."""
-    out: list[Graph] = []
-    stack = [model.graph]
-    while stack:
-        g = stack.pop()
-        out.append(g)
-        if g.holds_subgraphs:
-            for node in g:
-                stack.extend(node.subgraphs())
-    return out
-
-
 def live_ops(model: Model, *op_types: str) -> Iterator[tuple[Graph, Node]]:
     """(graph, node) for every standard-domain node of ``op_types`` in every graph: each graph
     walked over a snapshot, skipping nodes that a rewrite earlier in the walk removed."""
-    for graph in all_graphs(model):
+    for graph in model.graph.all_graphs():
         for node in list(graph):
             if node.graph is graph and is_op(node, *op_types):
                 yield graph, node
@@ -135,27 +125,6 @@ def same_known_shape(a: Shape, b: Shape) -> bool:
     return known_shape(a) and known_shape(b) and tuple(a) == tuple(b)
 
 
-def broadcast_shape(*shapes: Shape) -> Shape:
-    """Numpy-style broadcast of (possibly symbolic) shapes; unknown dims where it cannot tell."""
-    if any(s is None for s in shapes):
-        return None
-    rank = max((len(s) for s in shapes), default=0)
-    out = []
-    for i in range(rank):
-        dims = [s[len(s) - rank + i] for s in shapes if len(s) - rank + i >= 0]
-        others = {d for d in dims if d != 1}
-        ints = {d for d in others if isinstance(d, int)}
-        if not others:
-            out.append(1)
-        elif len(ints) == 1:
-            out.append(ints.pop())  # a symbol beside it must be 1 or equal to it
-        elif not ints and len(others) == 1 and None not in others:
-            out.append(others.pop())
-        else:
-            out.append(None)
-    return tuple(out)
-
-
 _INT_MAX = (2**31 - 1, 2**63 - 1)
 
 
@@ -195,10 +164,3 @@ def new_node(graph: Graph, op_type: str, inputs: Iterable[Value | None], *, befo
     node.output.shape = shape
     annotate(node)
     return node
-
-
-def remove_chain(graph: Graph, nodes: Iterable[Node]) -> None:
-    """Remove nodes (given reader first) that a rewrite left without readers."""
-    for node in nodes:
-        if node.graph is graph and not any(o.num_uses or o.is_graph_output for o in node.outputs):
-            graph.remove(node)

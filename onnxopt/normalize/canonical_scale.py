@@ -23,7 +23,7 @@ from __future__ import annotations
 import numpy as np
 
 from onnxopt.ir.dtypes import numpy_dtype
-from onnxopt.ir.edit import replace_value
+from onnxopt.ir.edit import remove_if_dead, replace_value
 from onnxopt.ir.exactness import site
 from onnxopt.ir.graph import Graph
 from onnxopt.ir.model import Model
@@ -31,11 +31,9 @@ from onnxopt.ir.node import Node
 from onnxopt.ir.tensor import LazyTensor
 from onnxopt.ir.value import Value
 from onnxopt.normalize._common import (
-    all_graphs,
     is_op,
     is_private,
     new_node,
-    remove_chain,
     scalar_operand,
 )
 
@@ -50,7 +48,7 @@ def canonical_scale(model: Model) -> int:
     run's policy permits it."""
     policy = model.exactness
     count = 0
-    for graph in all_graphs(model):
+    for graph in model.graph.all_graphs():
         for node in graph:
             rewrite = _REWRITES.get(node.op_type) if is_op(node, *_REWRITES) else None
             if rewrite is not None and policy.permits(NAME, node):
@@ -67,7 +65,7 @@ def _replace(graph: Graph, old: Node, new: Node, dead: list[Node]) -> int:
     if not replace_value(graph, old.output, new.output, inexact=site(NAME, old)):
         graph.remove(new)
         return 0
-    remove_chain(graph, [old, *dead])
+    remove_if_dead(graph, old, *dead)
     return 1
 
 
@@ -160,7 +158,7 @@ def _matmul(graph: Graph, node: Node) -> int:
     if not replace_value(graph, node.output, mul.output, inexact=site(NAME, node)):
         graph.remove([mul, mm])
         return 0
-    remove_chain(graph, [node, *dead])
+    remove_if_dead(graph, node, *dead)
     return 1
 
 

@@ -18,19 +18,18 @@ and the two products and the bias difference are read by nothing else.
 
 from __future__ import annotations
 
-from onnxopt.ir.edit import replace_value
+from onnxopt.ir import symdim as sd
+from onnxopt.ir.edit import remove_if_dead, replace_value
 from onnxopt.ir.exactness import site
 from onnxopt.ir.graph import Graph
 from onnxopt.ir.model import Model
 from onnxopt.ir.node import Node
 from onnxopt.ir.value import Value
 from onnxopt.normalize._common import (
-    broadcast_shape,
     is_op,
     is_private,
     live_ops,
     new_node,
-    remove_chain,
 )
 
 NAME = "centered_shift"
@@ -88,13 +87,13 @@ def _rewrite(graph: Graph, add: Node) -> int:
     if dtype is None or not (x.dtype == s.dtype == m.dtype == beta.dtype == dtype):
         return 0
     d = new_node(graph, "Sub", [x, m], before=add, created_by=NAME, dtype=dtype,
-                 shape=broadcast_shape(x.shape, m.shape))
+                 shape=sd.broadcast_shapes(x.shape, m.shape))
     ds = new_node(graph, "Mul", [d.output, s], before=add, created_by=NAME, dtype=dtype,
-                  shape=broadcast_shape(d.output.shape, s.shape))
+                  shape=sd.broadcast_shapes(d.output.shape, s.shape))
     out = new_node(graph, "Add", [ds.output, beta], before=add, created_by=NAME, dtype=dtype,
                    shape=add.output.shape)
     if not replace_value(graph, add.output, out.output, inexact=site(NAME, add)):
         graph.remove([out, ds, d])
         return 0
-    remove_chain(graph, [add, *dead])
+    remove_if_dead(graph, add, *dead)
     return 1

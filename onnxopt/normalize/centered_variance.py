@@ -23,20 +23,19 @@ elimination merges the two subtractions.
 
 from __future__ import annotations
 
-from onnxopt.ir.edit import rename, replace_value
+from onnxopt.ir import symdim as sd
+from onnxopt.ir.edit import remove_if_dead, rename, replace_value
 from onnxopt.ir.exactness import site
 from onnxopt.ir.graph import Graph
 from onnxopt.ir.model import Model
 from onnxopt.ir.node import Node
 from onnxopt.ir.value import Value
 from onnxopt.normalize._common import (
-    broadcast_shape,
     float_scalar,
     is_op,
     is_private,
     live_ops,
     new_node,
-    remove_chain,
     square_of,
 )
 
@@ -89,7 +88,7 @@ def _rewrite(graph: Graph, max_node: Node) -> int:
         return 0
     if x.dtype is None or not (x.dtype == mean.dtype == diff.dtype == max_node.output.dtype):
         return 0
-    shape = broadcast_shape(x.shape, mean.shape)
+    shape = sd.broadcast_shapes(x.shape, mean.shape)
     d = new_node(graph, "Sub", [x, mean], before=max_node, created_by=NAME, dtype=x.dtype,
                  shape=shape)
     # named for what it is: a match refused for its readers names it (``explain``)
@@ -102,5 +101,5 @@ def _rewrite(graph: Graph, max_node: Node) -> int:
     if not replace_value(graph, max_node.output, var.output, inexact=site(NAME, max_node)):
         graph.remove([var, d2, d])
         return 0
-    remove_chain(graph, [max_node, sub, sq_reduce, mean_2.producer, squares.producer])
+    remove_if_dead(graph, max_node, sub, sq_reduce, mean_2.producer, squares.producer)
     return 1

@@ -14,13 +14,12 @@ from __future__ import annotations
 
 from onnxopt.ir.model import Model
 from onnxopt.ir.semantics import COMMUTATIVE, STANDARD_DOMAINS
-from onnxopt.normalize._common import all_graphs
 
 
 def commutative_order(model: Model) -> int:
     """Put constant operands of commutative ops last; return how many nodes changed."""
     count = 0
-    for graph in all_graphs(model):
+    for graph in model.graph.all_graphs():
         for node in graph:
             if node.domain not in STANDARD_DOMAINS or node.op_type not in COMMUTATIVE:
                 continue

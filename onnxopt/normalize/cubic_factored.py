@@ -24,7 +24,7 @@ import math
 import numpy as np
 
 from onnxopt.ir.dtypes import numpy_dtype
-from onnxopt.ir.edit import replace_value
+from onnxopt.ir.edit import remove_if_dead, replace_value
 from onnxopt.ir.exactness import site
 from onnxopt.ir.graph import Graph
 from onnxopt.ir.model import Model
@@ -36,7 +36,6 @@ from onnxopt.normalize._common import (
     is_private,
     live_ops,
     new_node,
-    remove_chain,
     scalar_constant,
     scalar_operand,
     square_of,
@@ -115,5 +114,5 @@ def _factor(graph: Graph, add: Node, x: Value, cube: Value, c1: Value, ratio: fl
         graph.remove([outer, inner, term])
         graph.remove_constant(ratio_value)
         return 0
-    remove_chain(graph, [add, *dead])
+    remove_if_dead(graph, add, *dead)
     return 1

@@ -27,7 +27,7 @@ from onnxopt.ir.model import Model
 from onnxopt.ir.node import Node
 from onnxopt.ir.semantics import COMMUTATIVE
 from onnxopt.ir.tensor import LazyTensor
-from onnxopt.normalize._common import STANDARD_DOMAINS, all_graphs
+from onnxopt.normalize._common import STANDARD_DOMAINS
 
 MAX_CONSTANT_ELEMENTS = 1024
 _RANDOM = frozenset({"RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike",
@@ -37,7 +37,7 @@ _RANDOM = frozenset({"RandomNormal", "RandomNormalLike", "RandomUniform", "Rando
 def eliminate_common_subexpressions(model: Model) -> int:
     """Merge equal small constants, then equal nodes; return how many were merged."""
     count = 0
-    for graph in all_graphs(model):
+    for graph in model.graph.all_graphs():
         count += _constants(graph)
         count += _nodes(graph)
     return count

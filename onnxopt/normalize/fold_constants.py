@@ -38,7 +38,7 @@ from onnxopt.ir.model import Model
 from onnxopt.ir.node import Node
 from onnxopt.ir.semantics import reduction_semantics
 from onnxopt.ir.tensor import LazyTensor
-from onnxopt.normalize._common import STANDARD_DOMAINS, all_graphs, ort_slice, static_shape
+from onnxopt.normalize._common import STANDARD_DOMAINS, ort_slice, static_shape
 from onnxopt.normalize.shape_rules import RULES
 
 MAX_ELEMENTS = 1_000_000
@@ -82,7 +82,7 @@ EXACT_FLOAT_FOLDS = frozenset({
 def fold_constants(model: Model) -> int:
     """Replace constant-input nodes (and Shape/Size of static shapes) by constants."""
     count = 0
-    for graph in all_graphs(model):
+    for graph in model.graph.all_graphs():
         for node in graph:
             if _try_fold(model, graph, node):
                 count += 1

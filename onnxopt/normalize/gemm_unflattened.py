@@ -20,19 +20,19 @@ a result whose shape shape inference proves to be ``x``'s leading dims and ``N``
 from __future__ import annotations
 
 from onnxopt.ir import symdim as sd
-from onnxopt.ir.edit import replace_value
+from onnxopt.ir.edit import remove_if_dead, replace_value
 from onnxopt.ir.exactness import site
 from onnxopt.ir.model import Model
 from onnxopt.ir.node import Node
 from onnxopt.ir.value import Value
-from onnxopt.normalize._common import all_graphs, is_op, is_private, new_node, remove_chain
+from onnxopt.normalize._common import is_op, is_private, new_node
 
 NAME = "gemm_unflattened"
 
 
 def gemm_unflattened(model: Model) -> int:
     count = 0
-    for graph in all_graphs(model):
+    for graph in model.graph.all_graphs():
         for node in list(graph):
             if node.graph is not graph or not is_op(node, "Gemm"):
                 continue
@@ -55,9 +55,9 @@ def gemm_unflattened(model: Model) -> int:
             # adds it last (the same sum in another order, when ORT does not fuse them back).
             inexact = site(NAME, node) if bias is not None else None
             if not replace_value(graph, out, result, inexact=inexact):
-                remove_chain(graph, [n for n in (result.producer, product) if n is not None])
+                remove_if_dead(graph, result.producer, product)
                 continue
-            remove_chain(graph, [unflatten, node, flatten])
+            remove_if_dead(graph, unflatten, node, flatten)
             count += 1
     return count
 

@@ -24,7 +24,7 @@ from collections.abc import Callable
 import numpy as np
 
 from onnxopt.ir.dtypes import dtype_name
-from onnxopt.ir.edit import replace_value
+from onnxopt.ir.edit import remove_if_dead, replace_value
 from onnxopt.ir.exactness import site
 from onnxopt.ir.graph import Graph
 from onnxopt.ir.model import Model
@@ -32,9 +32,7 @@ from onnxopt.ir.node import Node
 from onnxopt.ir.value import Value
 from onnxopt.normalize._common import (
     STANDARD_DOMAINS,
-    all_graphs,
     is_op,
-    remove_chain,
     same_known_shape,
     scalar_constant,
     small_constant,
@@ -46,7 +44,7 @@ NAME = "remove_noops"
 def remove_noops(model: Model) -> int:
     """Forward the readers of every no-op's output to the value it equals; remove the node."""
     count = 0
-    for graph in all_graphs(model):
+    for graph in model.graph.all_graphs():
         for node in graph:
             if node.domain not in STANDARD_DOMAINS:
                 continue
@@ -84,7 +82,7 @@ def _forward(graph: Graph, node: Node, same: Value, inexact: str | None) -> bool
     upstream = node.inputs[0].producer if node.inputs and node.inputs[0] is not None else None
     if not replace_value(graph, out, same, inexact=inexact):
         return False
-    remove_chain(graph, [node] if upstream is None else [node, upstream])
+    remove_if_dead(graph, node, upstream)
     return True
 
 

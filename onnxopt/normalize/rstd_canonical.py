@@ -21,20 +21,19 @@ than that.
 
 from __future__ import annotations
 
-from onnxopt.ir.edit import replace_value
+from onnxopt.ir import symdim as sd
+from onnxopt.ir.edit import remove_if_dead, replace_value
 from onnxopt.ir.exactness import site
 from onnxopt.ir.graph import Graph
 from onnxopt.ir.model import Model
 from onnxopt.ir.node import Node
 from onnxopt.ir.value import Value
 from onnxopt.normalize._common import (
-    broadcast_shape,
     float_scalar,
     is_op,
     is_private,
     live_ops,
     new_node,
-    remove_chain,
 )
 
 NAME = "rstd_canonical"
@@ -73,7 +72,7 @@ def _reciprocal(graph: Graph, div: Node) -> int:
     if not replace_value(graph, div.output, rec.output):
         graph.remove(rec)
         return 0
-    remove_chain(graph, [div])
+    remove_if_dead(graph, div)
     return 1
 
 
@@ -98,11 +97,11 @@ def _weight_last(graph: Graph, outer: Node) -> int:
 def _reassociate(graph: Graph, outer: Node, inner: Node, d: Value, r: Value, gamma: Value) -> int:
     dtype = outer.output.dtype
     dr = new_node(graph, "Mul", [d, r], before=outer, created_by=NAME, dtype=dtype,
-                  shape=broadcast_shape(d.shape, r.shape))
+                  shape=sd.broadcast_shapes(d.shape, r.shape))
     weighted = new_node(graph, "Mul", [dr.output, gamma], before=outer, created_by=NAME,
                         dtype=dtype, shape=outer.output.shape)
     if not replace_value(graph, outer.output, weighted.output, inexact=site(NAME, outer)):
         graph.remove([weighted, dr])
         return 0
-    remove_chain(graph, [outer, inner])
+    remove_if_dead(graph, outer, inner)
     return 1

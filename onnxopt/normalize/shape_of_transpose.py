@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from onnxopt.ir.edit import replace_value
+from onnxopt.ir.edit import remove_if_dead, replace_value
 from onnxopt.ir.graph import Graph
 from onnxopt.ir.node import Node
 from onnxopt.ir.tensor import LazyTensor
-from onnxopt.normalize._common import is_op, new_node, remove_chain
+from onnxopt.normalize._common import is_op, new_node
 
 NAME = "shape_of_transpose"
 
@@ -43,7 +43,7 @@ def read_before_transpose(graph: Graph, shape: Node) -> bool:
     if not replace_value(graph, shape.output, gathered.output):
         graph.remove([gathered, of_v])
         return False
-    remove_chain(graph, [shape, t])
+    remove_if_dead(graph, shape, t)
     return True
 
 

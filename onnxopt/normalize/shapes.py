@@ -26,7 +26,7 @@ from onnxopt.ir.node import STANDARD_DOMAINS, Node
 from onnxopt.ir.semantics import annotate
 from onnxopt.ir.tensor import LazyTensor
 from onnxopt.ir.value import Value
-from onnxopt.normalize._common import Changes, all_graphs
+from onnxopt.normalize._common import Changes
 from onnxopt.normalize.shape_rules import RULES, SYM_RULES
 
 MAX_SYM_ELEMENTS = 16
@@ -38,7 +38,7 @@ def infer_shapes(model: Model) -> Changes:
     change that keeps the fixed point going, but one a pass that ran earlier may not have
     seen: the driver reruns those)."""
     folds = touched = 0
-    for graph in all_graphs(model):
+    for graph in model.graph.all_graphs():
         f, t = _infer_graph(graph, model.fresh_dim)
         folds += f
         touched += t

@@ -25,7 +25,7 @@ from __future__ import annotations
 from onnxopt.ir.edit import replace_value
 from onnxopt.ir.model import Model
 from onnxopt.ir.value import Value
-from onnxopt.normalize._common import all_graphs, known_shape, static_shape
+from onnxopt.normalize._common import known_shape, static_shape
 
 _INTEGER_TYPES = frozenset({"int64", "int32"})
 
@@ -33,7 +33,7 @@ _INTEGER_TYPES = frozenset({"int64", "int32"})
 def share_equal_shapes(model: Model) -> int:
     """Make every reader of a provably repeated integer value read its first computation."""
     shared = 0
-    for graph in all_graphs(model):
+    for graph in model.graph.all_graphs():
         first: dict[tuple, Value] = {}
         for node in graph:
             for value in node.outputs:

@@ -29,7 +29,7 @@ from onnxopt.ir.graph import Graph
 from onnxopt.ir.model import Model
 from onnxopt.ir.node import Node
 from onnxopt.ir.value import Value
-from onnxopt.normalize._common import all_graphs, int_attr, is_op, is_private, new_node
+from onnxopt.normalize._common import int_attr, is_op, is_private, new_node
 
 NAME = "softmax_canonical"
 
@@ -40,7 +40,7 @@ def softmax_canonical(model: Model) -> int:
     Marking is exact (a note for the patterns); the rewrite is not (ONNX Runtime's Softmax
     sums and divides in its own order): a site of :mod:`onnxopt.ir.exactness`."""
     count = 0
-    for graph in all_graphs(model):
+    for graph in model.graph.all_graphs():
         for node in graph:
             if is_op(node, "Softmax"):
                 if node.sem.get("stable") is not True:

@@ -27,19 +27,17 @@ last two axes, so the exported model computes the same function.
 
 from __future__ import annotations
 
-from onnxopt.ir.edit import replace_value
+from onnxopt.ir.edit import remove_if_dead, replace_value
 from onnxopt.ir.graph import Graph
 from onnxopt.ir.model import Model
 from onnxopt.ir.node import Node
 from onnxopt.ir.semantics import annotate
 from onnxopt.ir.value import Value
 from onnxopt.normalize._common import (
-    all_graphs,
     ints_attr,
     is_op,
     is_private,
     new_node,
-    remove_chain,
 )
 
 NAME = "transpose_into_matmul"
@@ -49,7 +47,7 @@ _FLAGS = ("transpose_a", "transpose_b")
 def transpose_into_matmul(model: Model) -> int:
     """Absorb operand Transposes into MatMul flags and merge Transpose chains."""
     count = 0
-    for graph in all_graphs(model):
+    for graph in model.graph.all_graphs():
         for node in graph:
             if is_op(node, "Transpose"):
                 count += _merge(graph, node)
@@ -83,12 +81,12 @@ def _merge(graph: Graph, node: Node) -> int:
     if combined == list(range(len(combined))):
         if not replace_value(graph, node.output, x):
             return 0
-        remove_chain(graph, [node, inner])
+        remove_if_dead(graph, node, inner)
         return 1
     graph.set_input(node, 0, x)
     node.attrs["perm"] = ints_attr(combined)
     annotate(node)
-    remove_chain(graph, [inner])
+    remove_if_dead(graph, inner)
     return 1
 
 
@@ -120,7 +118,7 @@ def _absorb(graph: Graph, node: Node, i: int) -> int:
     node.sem[_FLAGS[i]] = not flag
     node.sem[f"{_FLAGS[i]}_rank"] = len(q)  # what the exporter's Transpose swaps, kept here
     annotate(node)
-    remove_chain(graph, [t])
+    remove_if_dead(graph, t)
     return 1
 
 

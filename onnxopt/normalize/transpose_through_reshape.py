@@ -17,10 +17,10 @@ Afterwards ``transpose_into_matmul`` can turn the result into a MatMul flag.
 from __future__ import annotations
 
 from onnxopt.ir import symdim as sd
-from onnxopt.ir.edit import replace_value
+from onnxopt.ir.edit import remove_if_dead, replace_value
 from onnxopt.ir.model import Model
 from onnxopt.ir.semantics import annotate
-from onnxopt.normalize._common import ints_attr, is_op, live_ops, remove_chain
+from onnxopt.normalize._common import ints_attr, is_op, live_ops
 from onnxopt.normalize.shape_of_transpose import read_before_transpose
 
 
@@ -46,7 +46,7 @@ def transpose_through_reshape(model: Model) -> int:
             graph.remove(node)
             continue
         graph.remove([outer, t])
-        remove_chain(graph, [inner])  # kept where a Shape still reads it (a free view in ORT)
+        remove_if_dead(graph, inner)  # kept where a Shape still reads it (a free view in ORT)
         changes += 1
     return changes
 

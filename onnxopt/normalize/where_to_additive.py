@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from onnxopt.ir import symdim as sd
 from onnxopt.ir.dtypes import FLOAT_TYPES, numpy_dtype
 from onnxopt.ir.edit import replace_value
 from onnxopt.ir.exactness import site
@@ -36,8 +37,6 @@ from onnxopt.ir.node import Node
 from onnxopt.ir.tensor import LazyTensor
 from onnxopt.ir.value import Value
 from onnxopt.normalize._common import (
-    all_graphs,
-    broadcast_shape,
     float_scalar,
     is_op,
     is_private,
@@ -55,7 +54,7 @@ def where_to_additive(model: Model) -> int:
     Not exact where ``|x|`` is not negligible against ``c`` (see above): each rewrite is a
     site of :mod:`onnxopt.ir.exactness`."""
     count = 0
-    for graph in all_graphs(model):
+    for graph in model.graph.all_graphs():
         memo: dict[Value, bool] = {}  # keyed by the Value itself: ids of freed values recur
         for node in graph:
             if is_op(node, "Where") and len(node.inputs) == 3 \
@@ -90,7 +89,7 @@ def _rewrite(graph: Graph, node: Node, memo: dict[Value, bool]) -> int:
     zero = graph.add_constant(LazyTensor.from_array(np.zeros((), dtype=numpy_dtype(x.dtype))),
                               hint="mask_zero")
     mask = new_node(graph, "Where", [keep, zero, c], before=node, created_by=NAME,
-                    dtype=x.dtype, shape=broadcast_shape(keep.shape, c.shape))
+                    dtype=x.dtype, shape=sd.broadcast_shapes(keep.shape, c.shape))
     add = new_node(graph, "Add", [x, mask.output], before=node, created_by=NAME,
                    dtype=node.output.dtype, shape=node.output.shape)
     if not replace_value(graph, node.output, add.output, inexact=site(NAME, node)):

@@ -1,4 +1,10 @@
-"""Stage 5: fusion rules, one per file. ``all_rules()`` lists them in priority order."""
+"""Stage 5: fusion rules, one per file. ``all_rules()`` lists them in priority order.
+
+Every rule has a name of its own (the regions and hold-back units carry it); a block that
+reaches onnxopt in two spellings has a rule for each, sharing one ``family`` (the name
+``--only``/``--disable`` take): ``layer_norm`` and ``layer_norm_op``, ``group_norm`` and
+``group_norm_op`` (:class:`onnxopt.rules.base.Rule`).
+"""
 
 from __future__ import annotations
 

@@ -42,10 +42,24 @@ class Facts:
 
 
 class Rule:
-    """Base class of fusion rules."""
+    """Base class of fusion rules.
+
+    ``name`` is the rule's own and no other rule has it: fusion regions and the safeguard's
+    hold-back units (``fuse:NAME@ROOT``, ``rule:NAME``) carry it, so each says which rule it
+    is about. ``family`` is the name users know a block by: ``--only``/``--disable`` and
+    ``explain --rule`` take it, the report sums regions per family, and the nodes a rule makes
+    are named after it. Rules that fuse one block from different spellings share a family
+    (``layer_norm``: the decomposed form and ONNX's ``LayerNormalization``); a rule alone in
+    its family leaves ``family`` to be its name.
+    """
 
     name: ClassVar[str] = ""
     root: ClassVar[str | tuple[str, ...]] = ""  # the op type(s) a match can end at
+
+    @property
+    def family(self) -> str:
+        """The rule's name, unless the rule shares a family (it then sets ``family`` itself)."""
+        return self.name
 
     def begin(self, model) -> None:
         """Called once per run before matching (rules that analyse the model keep it)."""

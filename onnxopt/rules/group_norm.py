@@ -3,15 +3,16 @@
 Diffusion UNets and VAEs normalise with ``nn.GroupNorm``, which both PyTorch
 exporters write as ``Reshape(x, [0, G, -1]) → InstanceNormalization(1, 0) →
 Reshape(Shape(x)) → Mul(γ) → Add(β)``: instance norm over G pseudo-channels
-is group norm. Other producers write ONNX ``GroupNormalization`` (opset 18: one
-scale per group; opset 21: one per channel). Both become one fused op whose
+is group norm (rule ``group_norm``). Other producers write ONNX
+``GroupNormalization`` (opset 18: one scale per group; opset 21: one per channel;
+rule ``group_norm_op``, of the same family). Both become one fused op whose
 γ and β are per channel: non-trivial InstanceNormalization scale/bias
 (one per group) and opset-18 group scales are folded into them, which is exact.
 
 Normalization removes an all-ones γ or an all-zeros β, so the decomposed form
-ends at the Add, the Mul or the Reshape back: one rule per last op, all named
-``group_norm``, and an ending refuses while the norm visibly continues with its
-per-channel weight or bias, so the whole norm is fused once.
+ends at the Add, the Mul or the Reshape back: one pattern with a root for each,
+and an ending refuses while the norm visibly continues with its per-channel
+weight or bias, so the whole norm is fused once.
 
 The SiLU after a GroupNorm (a UNet resnet block's ``silu(norm(x))``) is taken
 in by ``group_norm_silu`` once the norm is fused.
@@ -263,7 +264,8 @@ class GroupNorm(Rule):
 class GroupNormOp(Rule):
     """GroupNormalization(x, scale, bias)  ->  ai.onnxopt.GroupNormFused(x, γ, β)"""
 
-    name = "group_norm"
+    name = "group_norm_op"
+    family = "group_norm"
     root = "GroupNormalization"
 
     def pattern(self, p: Builder):

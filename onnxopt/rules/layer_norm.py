@@ -1,13 +1,13 @@
 """(x - mean(x)) / sqrt(var(x) + ε) · γ + β  ->  ai.onnxopt.LayerNormFused(x, γ, β, residual?)
 
-Two spellings reach this rule: the ONNX ``LayerNormalization`` op (opset 17+,
-what both PyTorch exporters write today) and its decomposition
-``ReduceMean → Sub → Pow(2)|Mul(d, d) → ReduceMean → Add(ε) → Sqrt →
-Div|Mul(Reciprocal) → Mul(γ) → Add(β)``, possibly wrapped in float-to-float
-Casts (a float16 model computing the norm in float32). Normalization may have
-removed an all-ones γ or all-zeros β, so the decomposed norm ends at the
-``Add``, the ``Mul``, a ``Cast`` or the division: one rule per last op, all
-named ``layer_norm``, sharing one pattern.
+Two spellings reach the ``layer_norm`` family, a rule each: the ONNX
+``LayerNormalization`` op (opset 17+, what both PyTorch exporters write today;
+rule ``layer_norm_op``) and its decomposition ``ReduceMean → Sub →
+Pow(2)|Mul(d, d) → ReduceMean → Add(ε) → Sqrt → Div|Mul(Reciprocal) → Mul(γ) →
+Add(β)`` (rule ``layer_norm``), possibly wrapped in float-to-float Casts (a
+float16 model computing the norm in float32). Normalization may have removed an
+all-ones γ or all-zeros β, so the decomposed norm ends at the ``Add``, the
+``Mul``, a ``Cast`` or the division: one pattern with a root for each.
 
 A residual ``Add(a, b)`` feeding the norm is folded in; when its sum is also
 read elsewhere the fused op returns it as a second output.
@@ -106,7 +106,8 @@ class LayerNorm(Rule):
 class LayerNormOp(Rule):
     """LayerNormalization(x, γ, β)  ->  ai.onnxopt.LayerNormFused(x, γ, β, residual?)"""
 
-    name = "layer_norm"
+    name = "layer_norm_op"
+    family = "layer_norm"
     root = "LayerNormalization"
 
     def pattern(self, p: Builder):

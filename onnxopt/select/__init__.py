@@ -10,11 +10,9 @@ legal, so a model with nothing better still runs everywhere.
 
 from __future__ import annotations
 
-import dataclasses
-
 from onnxopt.ir.builder import FUSED_DOMAIN
 from onnxopt.ir.model import Model
-from onnxopt.legality.target import Target, make_target
+from onnxopt.legality.target import Target
 from onnxopt.options import OptimizeOptions
 from onnxopt.runtime.ort_module import ort
 from onnxopt.select import cost_model, tuning
@@ -58,16 +56,9 @@ class SelectReport:
         return data
 
 
-def select_target(model: Model, options: OptimizeOptions) -> Target:
-    """The target context for selection; its opset bound is ``--opset`` or the model's own."""
-    target = make_target(options.target, determinism=options.determinism,
-                         ort_version=options.ort_version, opset=options.opset)
-    return dataclasses.replace(target, opset=options.opset or max(model.opset, 1))
-
-
-def run(model: Model, options: OptimizeOptions, *,
+def run(model: Model, options: OptimizeOptions, target: Target, *,
         registry: list[Kernel] | None = None) -> SelectReport | None:
-    target = select_target(model, options)
+    """The select stage, for the run's target (:func:`onnxopt.legality.target.run_target`)."""
     registry = default_registry() if registry is None else registry
     binding = Binding.for_model(model)
     tuner = _Tuner(model, options, target, binding) if options.tune or options.tune_cache else None

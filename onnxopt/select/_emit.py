@@ -1,4 +1,4 @@
-"""Small helpers the emitters share: constants, layout conversions."""
+"""Small helpers the emitters share: constants, layout conversions, the NaN guard."""
 
 from __future__ import annotations
 

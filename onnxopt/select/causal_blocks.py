@@ -60,7 +60,6 @@ from onnxopt.refusal import Refusal, refusal
 from onnxopt.select._emit import i64, zero_nan
 from onnxopt.select.decompose import lean_attention
 from onnxopt.select.kernel import CPU, Backend, Kernel
-from onnxopt.select.registry import register_loader
 
 # (fewest queries, blocks): more blocks pay once the sequence is long enough.
 TIERS = ((256, 4), (768, 8))
@@ -251,6 +250,3 @@ def causal_block_kernels() -> list[Kernel]:
               f"at least {MIN_SEQUENCE} queries and a visible key in every mask row; "
               + ", ".join(f"{n} blocks from {s}" for s, n in TIERS)
               + "; else one block, the lean decomposition)")]
-
-
-register_loader(causal_block_kernels)

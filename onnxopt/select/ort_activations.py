@@ -17,7 +17,6 @@ from onnxopt.legality.target import Target
 from onnxopt.ops import GeluAttrs, SiluAttrs, SwiGLUAttrs
 from onnxopt.refusal import Refusal, refusal
 from onnxopt.select.kernel import BOTH_PROVIDERS, MS_DOMAIN, Backend, Kernel
-from onnxopt.select.registry import register_loader
 
 FLOAT_HALF = frozenset({"float32", "float16"})
 
@@ -109,6 +108,3 @@ def kernels() -> list[Kernel]:
                emit=_emit_swiglu_quick, dtypes=FLOAT_HALF, providers=both, opsets=ms, cost=1.0,
                notes="QuickGelu(gate) * up"),
     ]
-
-
-register_loader(kernels)

@@ -37,7 +37,6 @@ from onnxopt.select._checks import no_softcap
 from onnxopt.select._emit import i64, scalar, zero_nan
 from onnxopt.select.kernel import BOTH_PROVIDERS, MS_DOMAIN, Backend, Kernel, Layout
 from onnxopt.select.layout import packed_heads
-from onnxopt.select.registry import register_loader
 
 FLOAT_HALF = frozenset({"float32", "float16"})
 
@@ -213,6 +212,3 @@ def kernels() -> list[Kernel]:
                dtypes=FLOAT_HALF, providers=BOTH_PROVIDERS, opsets=ms,
                requires=_contrib_attention_requires, notes="packed QKV projection + attention"),
     ]
-
-
-register_loader(kernels)

@@ -36,7 +36,6 @@ from onnxopt.ops.norms import residual_input
 from onnxopt.refusal import Refusal, refusal
 from onnxopt.select._emit import i64, ones, scalar
 from onnxopt.select.kernel import BOTH_PROVIDERS, MS_DOMAIN, Backend, Kernel
-from onnxopt.select.registry import register_loader
 
 FLOAT_HALF = frozenset({"float32", "float16"})
 
@@ -193,6 +192,3 @@ def kernels() -> list[Kernel]:
                min_ort=(1, 23), requires=_compute_matches, cost=0.7,
                notes="ONNX RMSNormalization"),
     ]
-
-
-register_loader(kernels)

@@ -17,7 +17,6 @@ from onnxopt.legality.target import Target
 from onnxopt.ops import RotaryAttrs
 from onnxopt.refusal import Refusal, refusal
 from onnxopt.select.kernel import BOTH_PROVIDERS, MS_DOMAIN, Backend, Kernel
-from onnxopt.select.registry import register_loader
 
 _HALVES = ("reads half-width cos/sin caches (one value per frequency); the node's full-width "
            "cos/sin are not proved to be two equal halves")
@@ -46,6 +45,3 @@ def kernels() -> list[Kernel]:
                emit=_never, dtypes=frozenset({"float32", "float16"}), providers=BOTH_PROVIDERS,
                min_opset=23, min_ort=(1, 23), requires=_onnx23_requires, notes="ONNX"),
     ]
-
-
-register_loader(kernels)

@@ -61,7 +61,6 @@ from onnxopt.refusal import Refusal, refusal
 from onnxopt.runtime.cuda import DOMAIN, OPSET, attention, devices, metadata, norms
 from onnxopt.select._checks import no_softcap
 from onnxopt.select.kernel import Backend, Kernel, Requires
-from onnxopt.select.registry import register_loader
 
 CUDA_ONLY = frozenset({"CUDAExecutionProvider"})
 ATTENTION_MASKS = frozenset({MaskKind.NONE, MaskKind.CAUSAL, MaskKind.KEY_PADDING,
@@ -485,6 +484,3 @@ def _records() -> list[Kernel]:
                 assumes=NO_KEY_IS_ZERO if rec["op"] == "FlashAttention" else "",
                 notes=rec["notes"], providers=CUDA_ONLY, opsets={DOMAIN: OPSET}))
     return records
-
-
-register_loader(pycuda_kernels)

@@ -1,46 +1,46 @@
 """The kernel registry: every implementation onnxopt can bind a fused op to.
 
-Backends add their kernel lists through :func:`register_loader`: the ORT
-native-op families here (one file each), the PyCUDA kernels from
-``onnxopt.runtime`` when that backend is importable. The decompositions come
-last and are always there, so every fused op has at least one legal kernel.
+The kernel families are listed here, one module each, as ``onnxopt.rules`` lists the rules:
+the ORT native-op families, causal attention in query blocks, our CUDA kernels (whose list
+says why each refuses where that backend cannot run), then the decompositions, which are
+always there, so every fused op has at least one legal kernel. The list is plain imports,
+so the import contract (``pyproject.toml``, ``[tool.importlinter]``) sees every family;
+adding a family is its own module plus one line in :data:`FAMILIES`.
 """
 
 from __future__ import annotations
 
-import importlib
+from collections.abc import Callable
 
-from onnxopt.select.decompose import decomposition_kernels
+from onnxopt.select import (
+    causal_blocks,
+    decompose,
+    ort_activations,
+    ort_attention,
+    ort_norms,
+    ort_rotary,
+    pycuda_kernels,
+)
 from onnxopt.select.kernel import Kernel
 
-# One kernel family per module; importing a module registers its loader.
-BUILTIN_BACKENDS = ("onnxopt.select.ort_attention", "onnxopt.select.ort_norms",
-                    "onnxopt.select.ort_activations", "onnxopt.select.ort_rotary",
-                    "onnxopt.select.causal_blocks", "onnxopt.select.pycuda_kernels")
-
-_LOADERS: list = []
+# Each family's kernel list, in the order selection sees them. Called for every registry
+# built, so a family may probe as it builds its list (e.g. whether its runtime can be read).
+FAMILIES: tuple[Callable[[], list[Kernel]], ...] = (
+    ort_attention.kernels,
+    ort_norms.kernels,
+    ort_activations.kernels,
+    ort_rotary.kernels,
+    causal_blocks.causal_block_kernels,
+    pycuda_kernels.pycuda_kernels,
+    decompose.decomposition_kernels,
+)
 
 
 def default_registry() -> list[Kernel]:
-
-    for module in BUILTIN_BACKENDS:
-        importlib.import_module(module)
-    kernels: list[Kernel] = []
-    for loader in _LOADERS:
-        kernels.extend(loader())
-    kernels.extend(decomposition_kernels())
+    """Every family's kernels; a name given twice is a bug in a family."""
+    kernels = [kernel for family in FAMILIES for kernel in family()]
     names = [k.name for k in kernels]
     duplicates = sorted({n for n in names if names.count(n) > 1})
     if duplicates:
         raise ValueError(f"kernel names registered twice: {', '.join(duplicates)}")
     return kernels
-
-
-def register_loader(loader) -> None:
-    """Backends (ORT native ops, PyCUDA kernels) add their kernel lists here.
-
-    A loader is a function returning a list of :class:`Kernel`; it is called for
-    every registry built, so it may probe (e.g. whether its runtime is importable).
-    """
-    if loader not in _LOADERS:
-        _LOADERS.append(loader)

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from onnxopt.legality.target import cuda_device, make_target
+from onnxopt.legality.target import make_target
+from onnxopt.runtime.cuda import probe
 
 
 def test_default_device_follows_the_probe():
     target = make_target()
-    assert target.device == ("cuda" if cuda_device() else "cpu")
+    assert target.device == ("cuda" if probe.device() is not None else "cpu")
 
 
 def test_options_override():

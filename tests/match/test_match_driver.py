@@ -26,12 +26,13 @@ g (float[B, 8] x) => (float[B, 8] y) {
 
 def test_both_chained_blocks_fuse_and_carry_the_rule_name(make_model):
     from onnxopt import normalize
+    from onnxopt.legality.target import run_target
     from onnxopt.pipeline import fuse_and_settle
 
     model = import_model(make_model(SILU_TWICE))
     options = OptimizeOptions(target="cpu")
     normalize.run(model, options)
-    report = fuse_and_settle(model, options)
+    report = fuse_and_settle(model, options, run_target(options, model.opset))
     assert report.count("silu") == 2
     fused = [n for n in model.graph if n.op_type == "SiluFused"]
     assert len(fused) == 2 and {n.created_by for n in fused} == {"silu"}

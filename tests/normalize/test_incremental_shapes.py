@@ -15,8 +15,8 @@ import pytest
 
 from onnxopt import normalize, select
 from onnxopt.importer import import_model
+from onnxopt.legality.target import run_target
 from onnxopt.normalize import shape_rules, shapes
-from onnxopt.normalize._common import all_graphs
 from onnxopt.options import OptimizeOptions
 from onnxopt.pipeline import fuse_and_settle
 
@@ -30,15 +30,16 @@ def _state(model) -> list:
     """Every node's outputs as inference left them, and each node's op (folds remove nodes)."""
     return [(node.name, node.op_type,
              [(o.name, o.dtype, o.shape, o.sym) for o in node.outputs])
-            for graph in all_graphs(model) for node in graph]
+            for graph in model.graph.all_graphs() for node in graph]
 
 
 def _optimized(path: str) -> list:
     options = OptimizeOptions(target="cpu")
     model = import_model(path)
     normalize.run(model, options)
-    fuse_and_settle(model, options)
-    select.run(model, options)
+    target = run_target(options, model.opset)
+    fuse_and_settle(model, options, target)
+    select.run(model, options, target)
     normalize.run(model, options)
     return _state(model)
 

@@ -7,6 +7,7 @@ import onnxruntime as ort
 
 from onnxopt import normalize
 from onnxopt.importer import import_model
+from onnxopt.legality.target import run_target
 from onnxopt.normalize.unmerge_heads import unmerge_heads
 from onnxopt.options import OptimizeOptions
 from onnxopt.pipeline import fuse_and_settle, run_pipeline
@@ -74,7 +75,7 @@ def test_3d_attention_becomes_4d_and_fuses(make_model):
     assert counts.get("unmerge_heads") == 2  # the scores' split and the output's split
     matmuls = [n for n in model.graph if n.op_type == "MatMul"]
     assert [len(n.output.shape) for n in matmuls] == [4, 4]
-    report = fuse_and_settle(model, options)
+    report = fuse_and_settle(model, options, run_target(options, model.opset))
     assert report.count("attention") == 1, report.summary()
     optimized = run_pipeline(proto, options).proto
     for b, s in ((1, 5), (2, 9)):

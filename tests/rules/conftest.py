@@ -29,8 +29,9 @@ class Fused:
     def nodes(self, op_type: str) -> list:
         return [n for n in self.model.graph if n.op_type == op_type]
 
-    def reasons(self, rule: str, status: str = "refused") -> list[str]:
-        return [r.detail for r in self.report.regions if r.rule == rule and r.status == status]
+    def reasons(self, family: str, status: str = "refused") -> list[str]:
+        return [r.detail for r in self.report.regions
+                if r.family == family and r.status == status]
 
     def codes(self, rule: str, status: str = "refused") -> list[str]:
         return [r.code for r in self.report.regions if r.rule == rule and r.status == status]

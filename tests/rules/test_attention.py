@@ -7,6 +7,7 @@ import pytest
 
 from onnxopt import normalize
 from onnxopt.importer import import_model
+from onnxopt.legality.target import run_target
 from onnxopt.options import OptimizeOptions
 from onnxopt.pipeline import fuse_and_settle, run_pipeline
 from onnxopt.verification import verify_models
@@ -60,7 +61,7 @@ def test_grouped_query_attention_reads_unrepeated_kv(models_dir):
 
     options = OptimizeOptions(target="cpu")
     normalize.run(model, options)
-    fuse_and_settle(model, options)
+    fuse_and_settle(model, options, run_target(options, model.opset))
     nodes = [n for n in model.graph if n.op_type == "AttentionFused"]
     assert [(n.attr("num_heads"), n.attr("kv_num_heads")) for n in nodes] == [(4, 2), (4, 2)]
     for n in nodes:
@@ -271,8 +272,9 @@ g (float[batch, 4, seq, 16] q, float[batch, 4, seq, 16] k, float[batch, 4, seq, 
 
 def test_soft_capped_scores_fuse_with_the_cap_and_the_whole_scale(make_model):
     model = import_model(make_model(SOFT_CAPPED.format(cap="50.0")))
-    normalize.run(model, OptimizeOptions(target="cpu"))
-    fuse_and_settle(model, OptimizeOptions(target="cpu"))
+    options = OptimizeOptions(target="cpu")
+    normalize.run(model, options)
+    fuse_and_settle(model, options, run_target(options, model.opset))
     (node,) = _fused_ops_of(model)
     assert node.attr("softcap") == pytest.approx(50.0)
     assert node.attr("scale") == pytest.approx(0.25)
@@ -331,7 +333,7 @@ def test_real_causal_mask_from_ranges_is_proved_causal(make_model):
     model = import_model(proto)
     options = OptimizeOptions(target="cpu")
     normalize.run(model, options)
-    fuse_and_settle(model, options)
+    fuse_and_settle(model, options, run_target(options, model.opset))
     (node,) = [n for n in model.graph if n.op_type == "AttentionFused"]
     assert node.attr("causal") == 1 and node.attr("mask_kind") == "causal"
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from onnxopt import normalize
 from onnxopt.importer import import_model
 from onnxopt.ir import symdim as sd
+from onnxopt.legality.target import run_target
 from onnxopt.options import OptimizeOptions
 from onnxopt.pipeline import fuse_and_settle, run_pipeline
 from onnxopt.verification import verify_models
@@ -64,7 +65,7 @@ def test_cached_attention_fuses_with_its_mask_classified(make_model):
     normalize.run(model, options)
     k = next(n for n in model.graph if n.op_type == "Concat" and n.output.shape[1] == 4)
     assert k.output.shape[2] == "(P+S)"
-    report = fuse_and_settle(model, options)
+    report = fuse_and_settle(model, options, run_target(options, model.opset))
     assert report.count("attention") == 1, report.summary()
     (node,) = [n for n in model.graph if n.op_type == "AttentionFused"]
     assert node.attr("mask_kind") == "causal+key_padding"  # probed at T = P + S

@@ -7,6 +7,7 @@ import pytest
 
 from onnxopt import normalize
 from onnxopt.importer import import_model
+from onnxopt.legality.target import run_target
 from onnxopt.options import OptimizeOptions
 from onnxopt.pipeline import fuse_and_settle, run_pipeline
 from onnxopt.verification import verify_models
@@ -18,7 +19,7 @@ def _attention_nodes(proto):
     model = import_model(proto)
     options = OptimizeOptions(target="cpu")
     normalize.run(model, options)
-    report = fuse_and_settle(model, options)
+    report = fuse_and_settle(model, options, run_target(options, model.opset))
     return [n for n in model.graph if n.op_type == "AttentionFused"], report
 
 
@@ -129,7 +130,7 @@ def test_quick_gelu_is_silu_with_alpha(make_model):
     model = import_model(proto)
     options = OptimizeOptions(target="cpu")
     normalize.run(model, options)
-    fuse_and_settle(model, options)
+    fuse_and_settle(model, options, run_target(options, model.opset))
     (node,) = list(model.graph)
     assert node.op_type == "SiluFused" and node.attr("alpha") == pytest.approx(1.702)
     result = run_pipeline(proto, OptimizeOptions(target="cpu"))

@@ -13,6 +13,7 @@ import pytest
 from onnxopt import select
 from onnxopt.exporter import export_model
 from onnxopt.importer import import_model
+from onnxopt.legality.target import run_target
 from onnxopt.options import OptimizeOptions
 from onnxopt.select.registry import default_registry
 
@@ -64,7 +65,8 @@ def bind_text(make_model, kernel) -> Callable[..., Bound]:
         model = import_model(proto)
         if registry is None and kernel_name is not None:
             registry = [kernel(kernel_name)]
-        report = select.run(model, options or OptimizeOptions(target="cpu"), registry=registry)
+        options = options or OptimizeOptions(target="cpu")
+        report = select.run(model, options, run_target(options, model.opset), registry=registry)
         return Bound(export_model(model), report)
 
     return run

@@ -11,7 +11,7 @@ import pytest
 
 from onnxopt import select
 from onnxopt.importer import import_model
-from onnxopt.legality.target import Target
+from onnxopt.legality.target import Target, run_target
 from onnxopt.options import OptimizeOptions
 from onnxopt.refusal import refusal
 from onnxopt.select import tuning
@@ -106,9 +106,14 @@ def test_costs_rank_before_names(node):
         "measured 0.3 ms; a.slow 0.1 ms")
 
 
+def _select(model, options: OptimizeOptions, registry):
+    """Stage 6 alone, for the target a run with ``options`` has."""
+    return select.run(model, options, run_target(options, model.opset), registry=registry)
+
+
 def test_nothing_legal_falls_back_to_the_decomposition(node):
     model, _n = node()
-    report = select.run(model, OptimizeOptions(target="cpu"),
+    report = _select(model, OptimizeOptions(target="cpu"),
                         registry=[fake("x.cuda_only", providers=CUDA)])
     (selection,) = report.selections
     assert selection.chosen.name == "decompose.AttentionFused"
@@ -122,7 +127,7 @@ def test_nothing_legal_falls_back_to_the_decomposition(node):
 def test_the_stage_adds_a_kernels_opset_imports(node):
     model, _ = node(GELU)
     gelu = fake("x.ms", implements="GeluFused", opsets={"com.microsoft": 1, "x.custom": 3})
-    select.run(model, OptimizeOptions(target="cpu"), registry=[gelu])
+    _select(model, OptimizeOptions(target="cpu"), registry=[gelu])
     assert model.opset_imports["com.microsoft"] == 1 and model.opset_imports["x.custom"] == 3
 
 
@@ -140,7 +145,7 @@ def _tuning_registry():
 def test_tune_times_candidates_and_writes_the_cache(node, tmp_path):
     model, _n = node(GELU)
     cache = tmp_path / "tuning.json"
-    report = select.run(model, OptimizeOptions(target="cpu", tune=True, tune_cache=str(cache)),
+    report = _select(model, OptimizeOptions(target="cpu", tune=True, tune_cache=str(cache)),
                         registry=_tuning_registry())
     (selection,) = report.selections
     assert selection.basis == "tuned" and selection.unit == "ms"
@@ -156,7 +161,7 @@ def test_tune_times_candidates_and_writes_the_cache(node, tmp_path):
 
 def test_the_cache_is_read_back_and_honoured(node, tmp_path, monkeypatch):
     model, n = node(GELU)
-    target = select.select_target(model, OptimizeOptions(target="cpu"))
+    target = run_target(OptimizeOptions(target="cpu"), model.opset)
     import onnxruntime
 
     key = tuning.cache_key(tuning.signature(n, Binding.for_model(model)), target,
@@ -172,7 +177,7 @@ def test_the_cache_is_read_back_and_honoured(node, tmp_path, monkeypatch):
     monkeypatch.setattr(tuning, "measure", no_timing)
     for tune in (True, False):  # --tune reuses it; --tune-cache alone only reads it
         model, _ = node(GELU)
-        report = select.run(model, OptimizeOptions(target="cpu", tune=tune,
+        report = _select(model, OptimizeOptions(target="cpu", tune=tune,
                                                    tune_cache=str(cache)),
                             registry=_tuning_registry())
         (selection,) = report.selections
@@ -186,7 +191,7 @@ def test_a_cache_without_tune_is_not_extended(node, tmp_path, monkeypatch):
     model, _ = node(GELU)
     monkeypatch.setattr(tuning, "measure", lambda *a, **k: pytest.fail("timed without --tune"))
     cache = tmp_path / "empty.json"
-    report = select.run(model, OptimizeOptions(target="cpu", tune_cache=str(cache)),
+    report = _select(model, OptimizeOptions(target="cpu", tune_cache=str(cache)),
                         registry=_tuning_registry())
     assert report.selections[0].basis == "cost model"
     assert not cache.exists()
