@@ -40,7 +40,7 @@ def test_kernel_rejections_that_are_sentences_group_by_sentence(capsys):
 
 
 def _refused(root: str, code: str, text: str) -> Region:
-    return Region.not_fused("silu", root, MatchStatus.REFUSED, Refusal(code, text), 2)
+    return Region.not_fused("silu", "silu", root, MatchStatus.REFUSED, Refusal(code, text), 2)
 
 
 def test_fusion_refusals_print_one_line_per_rule_and_code(capsys):

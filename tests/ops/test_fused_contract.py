@@ -12,6 +12,7 @@ import pytest
 from onnxopt import select
 from onnxopt.importer import import_model
 from onnxopt.ir.builder import FUSED_DOMAIN, NodeBuilder, SchemaError
+from onnxopt.legality.target import run_target
 from onnxopt.ops import (
     FUSED_OPS,
     AttentionAttrs,
@@ -167,7 +168,9 @@ def test_a_new_attribute_is_one_field_and_reaches_the_emitted_node(graph_of, mon
     model.graph.set_inputs(model.graph.outputs[0].producer, [fused])
 
     seen: list = []
-    report = select.run(model, OptimizeOptions(target="cpu"), registry=[_windowed_kernel(seen)])
+    options = OptimizeOptions(target="cpu")
+    report = select.run(model, options, run_target(options, model.opset),
+                        registry=[_windowed_kernel(seen)])
     assert set(seen) == {WindowedAttentionAttrs(num_heads=4, scale=0.5, window=window)}
     (selection,) = report.selections
     if window > 8:  # the kernel refused on the new field; the decomposition took the node

@@ -33,8 +33,9 @@ class Fused:
         return [r.detail for r in self.report.regions
                 if r.family == family and r.status == status]
 
-    def codes(self, rule: str, status: str = "refused") -> list[str]:
-        return [r.code for r in self.report.regions if r.rule == rule and r.status == status]
+    def codes(self, family: str, status: str = "refused") -> list[str]:
+        return [r.code for r in self.report.regions
+                if r.family == family and r.status == status]
 
 
 def _fuse(model, rules, target) -> Fused:

@@ -5,7 +5,7 @@ switches both of its spellings."""
 from __future__ import annotations
 
 from onnxopt.fuse import selected_rules
-from onnxopt.options import OptimizeOptions
+from onnxopt.options import OptimizeOptions, RuleUnit
 from onnxopt.pipeline import run_pipeline
 from onnxopt.rules import all_rules
 
@@ -55,6 +55,6 @@ def test_regions_carry_the_rule_and_the_summary_the_family(make_model):
 
 def test_a_hold_back_unit_names_one_spelling(make_model):
     proto = make_model(NATIVE_AND_DECOMPOSED, opset=17)
-    options = OptimizeOptions(target="cpu", hold_back=frozenset({"rule:layer_norm_op"}))
+    options = OptimizeOptions(target="cpu", hold_back=frozenset({RuleUnit("layer_norm_op")}))
     fusion = run_pipeline(proto, options).report.stages["fuse"]
     assert [r.rule for r in fusion.regions if r.status == "fused"] == ["layer_norm"]
