@@ -45,7 +45,8 @@ def verify_inputs(inputs: tuple[str, ...], shapes: tuple[str, ...]) -> dict:
 @click.option("--runs", default=3, show_default=True, type=click.IntRange(2, 20),
               help="Number of input size sets (batch 1/2, several sequence lengths and "
                    "image sides).")
-@click.option("--seed", default=0, show_default=True, type=int)
+@click.option("--seed", default=0, show_default=True, type=int,
+              help="Seed of the generated inputs (and of random ops both models hold).")
 @click.option("--rtol", type=float, default=None,
               help="Relative tolerance, of the output's largest magnitude (default: 1e-4 "
                    "float32, 2e-2 float16).")

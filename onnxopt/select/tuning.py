@@ -24,6 +24,7 @@ only for candidates it lacks.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import json
 import os
@@ -246,11 +247,16 @@ class TuningCache:
         path = Path(self.path)
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tuning-", suffix=".json")
-        with os.fdopen(fd, "w") as f:
-            json.dump({"format": CACHE_FORMAT, "entries": dict(sorted(self.entries.items()))}, f,
-                      indent=1)
-        os.chmod(tmp, 0o644)  # shareable (CI caches, other users), like any file we write
-        os.replace(tmp, path)
+        try:
+            with os.fdopen(fd, "w") as f:
+                json.dump({"format": CACHE_FORMAT, "entries": dict(sorted(self.entries.items()))},
+                          f, indent=1)
+            os.chmod(tmp, 0o644)  # shareable (CI caches, other users), like any file we write
+            os.replace(tmp, path)
+        except BaseException:  # a full disk, an interrupt: no temporary file is left behind
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
         self.dirty = False
 
 

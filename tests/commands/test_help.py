@@ -22,14 +22,7 @@ def _options(command: click.Command) -> list[click.Option]:
     return [p for p in command.params if isinstance(p, click.Option)]
 
 
-def _id(name: str):
-    if name == "verify":  # the verify engineer's file (issue 29: verify --seed has no help)
-        return pytest.param(name, marks=pytest.mark.xfail(
-            strict=True, reason="verify --seed has no help text (commands/verify_cmd.py)"))
-    return name
-
-
-@pytest.mark.parametrize("name", [_id(n) for n in sorted(COMMANDS)])
+@pytest.mark.parametrize("name", sorted(COMMANDS))
 def test_every_option_has_help(name):
     missing = [p.opts[0] for p in _options(COMMANDS[name]) if not (p.help or "").strip()]
     assert missing == []
