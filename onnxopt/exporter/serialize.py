@@ -45,7 +45,7 @@ def model_parts(proto: ModelProto, encoded: dict[int, memoryview] | None = None,
             or len(UnknownFieldSet(proto)) or len(UnknownFieldSet(graph))):
         return [proto.SerializeToString()]  # nothing to splice, or fields only the encoder keeps
     initializer_tag = field_key(GraphProto.INITIALIZER_FIELD_NUMBER)
-    parts = [_without(graph, "initializer").SerializeToString()]
+    parts = [copy_without(graph, "initializer").SerializeToString()]
     at = len(parts[0])  # offsets within the graph's payload, until the header is known
     where: dict[int, tuple[int, bytes | memoryview]] = {}
     for position, tensor in enumerate(graph.initializer):
@@ -58,7 +58,7 @@ def model_parts(proto: ModelProto, encoded: dict[int, memoryview] | None = None,
         where[position] = (at, data)
         at += len(data)
     graph_size = at
-    head = _without(proto, "graph").SerializeToString()
+    head = copy_without(proto, "graph").SerializeToString()
     header = (head, field_key(ModelProto.GRAPH_FIELD_NUMBER), encode_varint(graph_size))
     header_size = sum(len(p) for p in header)
     if graph_size + header_size > PROTOBUF_MAX_BYTES:
@@ -68,8 +68,8 @@ def model_parts(proto: ModelProto, encoded: dict[int, memoryview] | None = None,
     return [*header, *parts]
 
 
-def _without(message: Message, skipped: str) -> Message:
-    """A copy of ``message`` holding every field it sets but ``skipped``."""
+def copy_without(message: Message, skipped: str) -> Message:
+    """A copy of ``message`` holding every field it sets but ``skipped`` (listed, not copied)."""
     copy = type(message)()
     for field, value in message.ListFields():
         if field.name == skipped:

@@ -32,11 +32,10 @@ import os
 import shutil
 import tempfile
 
-from google.protobuf.message import Message
 from onnx import ModelProto, TensorProto, helper
 
 from onnxopt.exporter.save import EXTERNAL_MARK
-from onnxopt.exporter.serialize import model_bytes
+from onnxopt.exporter.serialize import copy_without, model_bytes
 from onnxopt.importer.wire import STRIPPED_MIN_BYTES
 from onnxopt.ir.tensor import LazyTensor
 
@@ -81,9 +80,9 @@ def write_stand_in_copy(proto: ModelProto, external: dict[str, LazyTensor] | Non
         if length is not None:
             longest = max(longest, length)
     stood_in = sum(1 for t in initializers if _references_stand_in(t))
-    graph = _copy_without(proto.graph, "initializer")
+    graph = copy_without(proto.graph, "initializer")
     graph.initializer.extend(initializers)
-    model = _copy_without(proto, "graph")
+    model = copy_without(proto, "graph")
     model.graph.CopyFrom(graph)
     folder = tempfile.mkdtemp(prefix=FOLDER_PREFIX, dir=parent)
     copy = StandInCopy(folder, stood_in)
@@ -181,16 +180,3 @@ def _declared_length(t: TensorProto) -> int:
     return math.prod(t.dims) * itemsize
 
 
-def _copy_without(message: Message, skipped: str) -> Message:
-    """A copy of ``message`` with every field it sets but ``skipped`` (listed, not copied)."""
-    copy = type(message)()
-    for field, value in message.ListFields():
-        if field.name == skipped:
-            continue
-        if field.is_repeated:
-            getattr(copy, field.name).extend(value)
-        elif field.type == field.TYPE_MESSAGE:
-            getattr(copy, field.name).CopyFrom(value)
-        else:
-            setattr(copy, field.name, value)
-    return copy

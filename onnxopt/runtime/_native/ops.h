@@ -118,6 +118,8 @@ int onnxopt_output_shapes(const struct onnxopt_call *call, char *err);
 int onnxopt_plan(const struct onnxopt_call *call, const struct onnxopt_limits *limits,
                  struct onnxopt_launch *launch, char *err);
 int onnxopt_elem_bytes(int dtype);
+/* Write a message into ``err`` (ONNXOPT_ERR bytes) and return -1: every failure's one line. */
+int onnxopt_fail(char *err, const char *fmt, ...);
 const struct onnxopt_variant *onnxopt_find_variant(const char *entry);
 
 /* The choices, exported for the tests that hold them to the Python launch wrappers'. */

@@ -94,14 +94,6 @@ static pthread_once_t load_once = PTHREAD_ONCE_INIT;
 static char load_error[ONNXOPT_ERR];
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 
-static int fail(char *err, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, ONNXOPT_ERR, fmt, ap);
-    va_end(ap);
-    return -1;
-}
-
 static void load_driver(void) {
     const char *name = getenv("ONNXOPT_LIBCUDA");
     if (name == NULL || *name == '\0') name = "libcuda.so.1";
@@ -134,12 +126,12 @@ static int check(CUresult rc, const char *call, char *err) {
     if (rc == 0) return 0;
     const char *what = NULL;
     if (cu.GetErrorName == NULL || cu.GetErrorName(rc, &what) != 0) what = NULL;
-    return fail(err, "%s failed: %s (%d)", call, what ? what : "unknown error", rc);
+    return onnxopt_fail(err, "%s failed: %s (%d)", call, what ? what : "unknown error", rc);
 }
 
 static int driver(char *err) {
     pthread_once(&load_once, load_driver);
-    if (load_error[0]) return fail(err, "%s", load_error);
+    if (load_error[0]) return onnxopt_fail(err, "%s", load_error);
     return 0;
 }
 
@@ -187,7 +179,7 @@ int onnxopt_cuda_enter(struct onnxopt_device *dev, int *pushed, char *err) {
     if (ctx == NULL) {
         int ordinal = default_ordinal();
         if (ordinal < 0 || ordinal >= MAX_DEVICES)
-            return fail(err, "ONNXOPT_CUDA_DEVICE=%d is not a device ordinal", ordinal);
+            return onnxopt_fail(err, "ONNXOPT_CUDA_DEVICE=%d is not a device ordinal", ordinal);
         pthread_mutex_lock(&lock);
         int rc = 0;
         if (primary[ordinal] == NULL) {
@@ -205,7 +197,7 @@ int onnxopt_cuda_enter(struct onnxopt_device *dev, int *pushed, char *err) {
     CUdevice d = 0;
     if (check(cu.CtxGetDevice(&d), "cuCtxGetDevice", err)) goto undo;
     if (d < 0 || d >= MAX_DEVICES) {
-        fail(err, "device %d is beyond the %d this library tracks", d, MAX_DEVICES);
+        onnxopt_fail(err, "device %d is beyond the %d this library tracks", d, MAX_DEVICES);
         goto undo;
     }
     pthread_mutex_lock(&lock);
@@ -335,7 +327,7 @@ static int find_image(int family, int cc, char *path, size_t size, char *searche
             used += (size_t)snprintf(searched + used, ONNXOPT_ERR / 2 - used, "%s%s",
                                      used ? ", " : "", shown);
     }
-    return fail(err, "no kernel image of %s for compute capability %d.%d (searched %s); build "
+    return onnxopt_fail(err, "no kernel image of %s for compute capability %d.%d (searched %s); build "
                      "them with `onnxopt kernels --build` and put them beside the library in "
                      "onnxopt_kernels/, or name their folder in ONNXOPT_KERNEL_IMAGES",
                 onnxopt_family_names[family], cc / 10, cc % 10, searched);
@@ -364,12 +356,12 @@ static int load_module(const struct onnxopt_device *dev, int family, CUmodule *o
             *out = modules[i].module;
             return 0;
         }
-    if (n_modules == MAX_MODULES) return fail(err, "too many CUDA modules loaded");
+    if (n_modules == MAX_MODULES) return onnxopt_fail(err, "too many CUDA modules loaded");
     char path[PATH_MAX], searched[ONNXOPT_ERR];
     if (find_image(family, dev->limits.cc, path, sizeof path, searched, err)) return -1;
     size_t size = 0;
     char *image = read_file(path, &size);
-    if (image == NULL) return fail(err, "cannot read %s: %s", path, strerror(errno));
+    if (image == NULL) return onnxopt_fail(err, "cannot read %s: %s", path, strerror(errno));
     CUmodule module = NULL;
     int rc = check(cu.ModuleLoadData(&module, image), "cuModuleLoadData", err);
     free(image);
@@ -396,17 +388,17 @@ static int get_function(const struct onnxopt_device *dev, const struct onnxopt_v
             goto done;
         }
     if (dev->limits.cc < v->min_cc) {
-        rc = fail(err, "%s needs compute capability %d.%d, the device has %d.%d", v->entry,
+        rc = onnxopt_fail(err, "%s needs compute capability %d.%d, the device has %d.%d", v->entry,
                   v->min_cc / 10, v->min_cc % 10, dev->limits.cc / 10, dev->limits.cc % 10);
         goto done;
     }
     if (v->smem > dev->limits.smem_optin) {
-        rc = fail(err, "%s needs %d bytes of shared memory per block, the device allows %d",
+        rc = onnxopt_fail(err, "%s needs %d bytes of shared memory per block, the device allows %d",
                   v->entry, v->smem, dev->limits.smem_optin);
         goto done;
     }
     if (n_functions == MAX_FUNCTIONS) {
-        rc = fail(err, "too many CUDA functions loaded");
+        rc = onnxopt_fail(err, "too many CUDA functions loaded");
         goto done;
     }
     CUmodule module;

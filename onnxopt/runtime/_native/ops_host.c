@@ -20,14 +20,6 @@
 #include "half.h"
 #include "ops.h"
 
-static int fail(char *err, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, ONNXOPT_ERR, fmt, ap);
-    va_end(ap);
-    return -1;
-}
-
 static const void *P(uint64_t p) { return (const void *)(uintptr_t)p; }
 static void *W(uint64_t p) { return (void *)(uintptr_t)p; }
 
@@ -47,16 +39,16 @@ static int host_attention(const struct onnxopt_variant *v, const unsigned grid[3
     struct onnxopt_flash_attention_args a;
     onnxopt_flash_attention_unpack(argv, &a);
     const int dt = v->dtype, H = a.H, Hkv = a.Hkv, Sq = a.Sq, Skv = a.Skv, D = a.D;
-    if (D > v->dmax) return fail(err, "%s: head size %d above its bucket %d", v->entry, D, v->dmax);
+    if (D > v->dmax) return onnxopt_fail(err, "%s: head size %d above its bucket %d", v->entry, D, v->dmax);
     if ((int64_t)grid[0] * v->bm < Sq || (int)grid[1] != H)
-        return fail(err, "%s: grid (%u, %u) does not cover %d query rows of %d heads", v->entry,
+        return onnxopt_fail(err, "%s: grid (%u, %u) does not cover %d query rows of %d heads", v->entry,
                     grid[0], grid[1], Sq, H);
     const int32_t *kv_start = P(a.kv_start), *kv_end = P(a.kv_end), *coff = P(a.causal_off);
     float *scores = malloc(sizeof(float) * (Skv > 0 ? (size_t)Skv : 1));
     float *q = malloc(sizeof(float) * (size_t)D), *acc = malloc(sizeof(float) * (size_t)D);
     if (!scores || !q || !acc) {
         free(scores), free(q), free(acc);
-        return fail(err, "out of host memory");
+        return onnxopt_fail(err, "out of host memory");
     }
     const int group = H / Hkv;
     for (unsigned bz = 0; bz < grid[2]; ++bz)
@@ -119,12 +111,12 @@ static int host_norm(const struct onnxopt_variant *v, const unsigned grid[3],
     const int dt = v->dtype, N = a.N;
     const int64_t nvec = N / v->vec;
     if (!vec_ok(v, N, a.x, a.residual, a.gamma, a.beta, a.y, a.sum_out))
-        return fail(err, "%s: hidden %d or a pointer does not allow VEC=%d", v->entry, N, v->vec);
+        return onnxopt_fail(err, "%s: hidden %d or a pointer does not allow VEC=%d", v->entry, N, v->vec);
     if (block[0] % 32 || block[0] > 1024 || (nvec + block[0] - 1) / block[0] > v->maxit)
-        return fail(err, "%s: a block of %u threads cannot hold a row of %d", v->entry, block[0],
+        return onnxopt_fail(err, "%s: a block of %u threads cannot hold a row of %d", v->entry, block[0],
                     N);
     float *row = malloc(sizeof(float) * (size_t)N);
-    if (!row) return fail(err, "out of host memory");
+    if (!row) return onnxopt_fail(err, "out of host memory");
     for (unsigned r = 0; r < grid[0]; ++r) {
         const int64_t base = (int64_t)r * N;
         double acc = 0.0;
@@ -168,11 +160,11 @@ static int host_group_norm(const struct onnxopt_variant *v, const unsigned grid[
     const int dt = v->dtype, groups = a.groups, cg = a.channels_per_group, S = a.spatial;
     const int64_t size = (int64_t)cg * S;
     if (!vec_ok(v, S, a.x, a.y, 0, 0, 0, 0))
-        return fail(err, "%s: spatial %d or a pointer does not allow VEC=%d", v->entry, S, v->vec);
+        return onnxopt_fail(err, "%s: spatial %d or a pointer does not allow VEC=%d", v->entry, S, v->vec);
     if (block[0] % 32 || block[0] > 1024 ||
         (v->maxit > 0 && (size / v->vec + block[0] - 1) / block[0] > v->maxit) ||
         (v->maxit == 0 && block[0] != 1024))
-        return fail(err, "%s: a block of %u threads cannot hold a group of %lld", v->entry,
+        return onnxopt_fail(err, "%s: a block of %u threads cannot hold a group of %lld", v->entry,
                     block[0], (long long)size);
     for (unsigned blk = 0; blk < grid[0]; ++blk) {
         const int64_t base = (int64_t)blk * size;
@@ -213,7 +205,7 @@ static int host_gelu(const struct onnxopt_variant *v, const unsigned grid[3],
     onnxopt_activations_gelu_unpack(argv, &a);
     const int dt = v->dtype, VEC = v->vec;
     if (!vec_ok(v, a.N, a.x, a.bias, a.y, 0, 0, 0))
-        return fail(err, "%s: a row of %d or a pointer does not allow VEC=%d", v->entry, a.N, VEC);
+        return onnxopt_fail(err, "%s: a row of %d or a pointer does not allow VEC=%d", v->entry, a.N, VEC);
     const int64_t nvec = a.rows * a.N / VEC, stride = (int64_t)grid[0] * block[0];
     for (int64_t t0 = 0; t0 < stride; ++t0)
         for (int64_t i = t0; i < nvec; i += stride)
@@ -232,7 +224,7 @@ static int host_swiglu(const struct onnxopt_variant *v, const unsigned grid[3],
     onnxopt_activations_swiglu_unpack(argv, &a);
     const int dt = v->dtype, VEC = v->vec;
     if (!vec_ok(v, a.N, a.gate, a.up, a.y, 0, 0, 0) || a.in_stride % VEC)
-        return fail(err, "%s: a row of %d or a pointer does not allow VEC=%d", v->entry, a.N, VEC);
+        return onnxopt_fail(err, "%s: a row of %d or a pointer does not allow VEC=%d", v->entry, a.N, VEC);
     const int64_t nvec = a.rows * a.N / VEC, stride = (int64_t)grid[0] * block[0];
     for (int64_t t0 = 0; t0 < stride; ++t0)
         for (int64_t i = t0; i < nvec; i += stride)
@@ -253,7 +245,7 @@ int onnxopt_host_run(const struct onnxopt_variant *v, const unsigned grid[3],
     case ONNXOPT_SIG_GROUP_NORM: return host_group_norm(v, grid, block, args, err);
     case ONNXOPT_SIG_ACTIVATIONS_GELU: return host_gelu(v, grid, block, args, err);
     case ONNXOPT_SIG_ACTIVATIONS_SWIGLU: return host_swiglu(v, grid, block, args, err);
-    default: return fail(err, "%s: no host implementation", v->entry);
+    default: return onnxopt_fail(err, "%s: no host implementation", v->entry);
     }
 }
 
@@ -266,6 +258,6 @@ int onnxopt_host_run(const struct onnxopt_variant *v, const unsigned grid[3],
 ONNXOPT_EXPORT int onnxopt_ops_host_launch(const char *entry, const unsigned grid[3],
                                            const unsigned block[3], void **args, char *err) {
     const struct onnxopt_variant *v = onnxopt_find_variant(entry);
-    if (v == NULL) return fail(err, "no kernel named %s", entry);
+    if (v == NULL) return onnxopt_fail(err, "no kernel named %s", entry);
     return onnxopt_host_run(v, grid, block, args, err);
 }

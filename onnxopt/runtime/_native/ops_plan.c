@@ -15,7 +15,7 @@
 
 #include "ops.h"
 
-static int fail(char *err, const char *fmt, ...) {
+int onnxopt_fail(char *err, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(err, ONNXOPT_ERR, fmt, ap);
@@ -75,7 +75,7 @@ const struct onnxopt_variant *onnxopt_choose_attention(int dtype, int head,
                                                        int64_t sq, int64_t batch_heads,
                                                        char *err) {
     if (head <= 0 || head > ONNXOPT_FA_MAX_HEAD || head % ONNXOPT_FA_HEAD_MULTIPLE) {
-        fail(err, "head size %d is not a multiple of %d up to %d", head,
+        onnxopt_fail(err, "head size %d is not a multiple of %d up to %d", head,
              ONNXOPT_FA_HEAD_MULTIPLE, ONNXOPT_FA_MAX_HEAD);
         return NULL;
     }
@@ -87,7 +87,7 @@ const struct onnxopt_variant *onnxopt_choose_attention(int dtype, int head,
             dmax = v->dmax;
     }
     if (dmax == 0) {
-        fail(err, "no %s attention kernel", dtype_name(dtype));
+        onnxopt_fail(err, "no %s attention kernel", dtype_name(dtype));
         return NULL;
     }
     /* the bucket, largest tile first */
@@ -111,7 +111,7 @@ const struct onnxopt_variant *onnxopt_choose_attention(int dtype, int head,
     for (int i = 0; i < n; ++i)
         if (bucket[i]->smem <= limits->smem_optin) fitting[nf++] = bucket[i];
     if (nf == 0) {
-        fail(err, "%s needs %d bytes of shared memory, the device allows %d",
+        onnxopt_fail(err, "%s needs %d bytes of shared memory, the device allows %d",
              bucket[n - 1]->entry, bucket[n - 1]->smem, limits->smem_optin);
         return NULL;
     }
@@ -157,7 +157,7 @@ const struct onnxopt_variant *onnxopt_choose_norm(int dtype, int64_t hidden, int
                 used += (size_t)snprintf(limits + used, sizeof limits - used, "%s%d with VEC=%d",
                                          used ? ", " : "", v->maxit * 1024 * v->vec, v->vec);
         }
-    fail(err, "hidden size %" PRId64 " is above the supported maximum for %s (%s; VEC > 1 "
+    onnxopt_fail(err, "hidden size %" PRId64 " is above the supported maximum for %s (%s; VEC > 1 "
               "needs hidden %% VEC == 0 and 16-byte aligned pointers)",
          hidden, dtype_name(dtype), limits);
     return NULL;
@@ -168,7 +168,7 @@ const struct onnxopt_variant *onnxopt_choose_group_norm(int dtype, int64_t group
                                                         int64_t spatial, int aligned,
                                                         int *threads, char *err) {
     if (group > ONNXOPT_GN_MAX_GROUP) {
-        fail(err, "a group holds %" PRId64 " elements, above the kernel's limit of %lld "
+        onnxopt_fail(err, "a group holds %" PRId64 " elements, above the kernel's limit of %lld "
                   "(int32 indexing inside a group)", group, (long long)ONNXOPT_GN_MAX_GROUP);
         return NULL;
     }
@@ -188,7 +188,7 @@ const struct onnxopt_variant *onnxopt_choose_group_norm(int dtype, int64_t group
         else streamed = v;
     }
     if (cached == NULL || streamed == NULL) {
-        fail(err, "no %s group norm kernel", dtype_name(dtype));
+        onnxopt_fail(err, "no %s group norm kernel", dtype_name(dtype));
         return NULL;
     }
     int64_t nvec = group / vec;
@@ -210,7 +210,7 @@ const struct onnxopt_variant *onnxopt_choose_activation(int sig, int dtype, int6
                 (vec == 1 || (cols % vec == 0 && aligned)))
                 return v;
         }
-    fail(err, "no %s kernel for %s", onnxopt_sig_names[sig], dtype_name(dtype));
+    onnxopt_fail(err, "no %s kernel for %s", onnxopt_sig_names[sig], dtype_name(dtype));
     return NULL;
 }
 
@@ -229,7 +229,7 @@ static int plan_attention(const struct onnxopt_call *c, const struct onnxopt_lim
     const struct onnxopt_tensor *q = &c->in[0], *k = &c->in[1], *v = &c->in[2];
     char a[96], b[96], d[96];
     if (q->rank != k->rank || q->rank != v->rank || (q->rank != 3 && q->rank != 4))
-        return fail(err, "Q, K, V must all be rank 4 (BNSH) or rank 3, got %s, %s, %s",
+        return onnxopt_fail(err, "Q, K, V must all be rank 4 (BNSH) or rank 3, got %s, %s, %s",
                     dims_text(q->dims, q->rank, a, sizeof a),
                     dims_text(k->dims, k->rank, b, sizeof b),
                     dims_text(v->dims, v->rank, d, sizeof d));
@@ -244,40 +244,40 @@ static int plan_attention(const struct onnxopt_call *c, const struct onnxopt_lim
         memcpy(ks, k->dims, sizeof ks);
     }
     if (!same_dims(k, v))
-        return fail(err, "K %s and V %s must have one shape", dims_text(ks, 4, a, sizeof a),
+        return onnxopt_fail(err, "K %s and V %s must have one shape", dims_text(ks, 4, a, sizeof a),
                     dims_text(v->rank == 3 ? ks : v->dims, 4, b, sizeof b));
     int64_t B = qs[0], H = qs[1], Sq = qs[2], D = qs[3], Hkv = ks[1], Skv = ks[2];
     if (ks[0] != B || ks[3] != D)
-        return fail(err, "Q %s and K %s disagree on batch or head size",
+        return onnxopt_fail(err, "Q %s and K %s disagree on batch or head size",
                     dims_text(qs, 4, a, sizeof a), dims_text(ks, 4, b, sizeof b));
     if (Hkv == 0 ? H != 0 : H % Hkv)
-        return fail(err, "%" PRId64 " query heads cannot share %" PRId64 " key/value heads", H,
+        return onnxopt_fail(err, "%" PRId64 " query heads cannot share %" PRId64 " key/value heads", H,
                     Hkv);
     static const char *const rows[] = {"kv_start", "kv_end", "causal_offset"};
     for (int i = 0; i < 3; ++i) {
         const struct onnxopt_tensor *t = &c->in[4 + i];
         if (t->data != NULL && !is_vector(t, B))
-            return fail(err, "%s must be [%" PRId64 "], got %s", rows[i], B,
+            return onnxopt_fail(err, "%s must be [%" PRId64 "], got %s", rows[i], B,
                         dims_text(t->dims, t->rank, a, sizeof a));
     }
     l->variant = NULL;
     if (B == 0 || H == 0 || Sq == 0) return 0;
-    if (D <= 0) return fail(err, "D must be positive, got %" PRId64, D);
+    if (D <= 0) return onnxopt_fail(err, "D must be positive, got %" PRId64, D);
     if (H > 65535 || B > 65535)
-        return fail(err, "grid limit: H=%" PRId64 " and B=%" PRId64 " must each be <= 65535", H,
+        return onnxopt_fail(err, "grid limit: H=%" PRId64 " and B=%" PRId64 " must each be <= 65535", H,
                     B);
     if (!fits_i32(Sq) || !fits_i32(Skv))
-        return fail(err, "sequence lengths %" PRId64 ", %" PRId64 " do not fit in int32", Sq,
+        return onnxopt_fail(err, "sequence lengths %" PRId64 ", %" PRId64 " do not fit in int32", Sq,
                     Skv);
     if (!aligned16(ptr(q), ptr(k), ptr(v), ptr(&c->out[0]), 0, 0))
-        return fail(err, "q, k, v and o must be 16-byte aligned");
+        return onnxopt_fail(err, "q, k, v and o must be 16-byte aligned");
     int64_t strides[4] = {0, 0, 0, 0};
     const struct onnxopt_tensor *bias = &c->in[3];
     if (bias->data != NULL) {
         int64_t shape[4] = {1, 1, 1, 1};
         int rank = bias->rank;
         if (rank > 4)
-            return fail(err, "the bias has rank %d; at most 4 ([B, H, Sq, Skv])", rank);
+            return onnxopt_fail(err, "the bias has rank %d; at most 4 ([B, H, Sq, Skv])", rank);
         if (q->rank == 3 && rank == 3) { /* one head: [B, Sq, Skv] is [B, 1, Sq, Skv] */
             shape[0] = bias->dims[0];
             shape[2] = bias->dims[1];
@@ -289,7 +289,7 @@ static int plan_attention(const struct onnxopt_call *c, const struct onnxopt_lim
         int64_t step = 1;
         for (int axis = 3; axis >= 0; --axis) {
             if (shape[axis] != 1 && shape[axis] != full[axis])
-                return fail(err, "a bias of shape %s does not broadcast to %s",
+                return onnxopt_fail(err, "a bias of shape %s does not broadcast to %s",
                             dims_text(bias->dims, rank, a, sizeof a),
                             dims_text(full, 4, b, sizeof b));
             strides[axis] = shape[axis] != 1 ? step : 0;
@@ -336,26 +336,26 @@ static int plan_norm(const struct onnxopt_call *c, int rms, struct onnxopt_launc
     const struct onnxopt_tensor *beta = rms ? NULL : &c->in[2];
     const struct onnxopt_tensor *residual = &c->in[rms ? 2 : 3];
     char a[96], b[96];
-    if (x->rank < 1) return fail(err, "X must have at least one axis");
+    if (x->rank < 1) return onnxopt_fail(err, "X must have at least one axis");
     int64_t hidden = x->dims[x->rank - 1];
     if (gamma->data != NULL && !is_vector(gamma, hidden))
-        return fail(err, "gamma must be [%" PRId64 "], got %s", hidden,
+        return onnxopt_fail(err, "gamma must be [%" PRId64 "], got %s", hidden,
                     dims_text(gamma->dims, gamma->rank, a, sizeof a));
     if (beta != NULL && beta->data != NULL && !is_vector(beta, hidden))
-        return fail(err, "beta must be [%" PRId64 "], got %s", hidden,
+        return onnxopt_fail(err, "beta must be [%" PRId64 "], got %s", hidden,
                     dims_text(beta->dims, beta->rank, a, sizeof a));
     if (residual->data != NULL && !same_dims(residual, x))
-        return fail(err, "residual must be shaped like X %s, got %s",
+        return onnxopt_fail(err, "residual must be shaped like X %s, got %s",
                     dims_text(x->dims, x->rank, a, sizeof a),
                     dims_text(residual->dims, residual->rank, b, sizeof b));
     if (c->out[1].data != NULL && residual->data == NULL)
-        return fail(err, "the sum output S needs a residual input");
+        return onnxopt_fail(err, "the sum output S needs a residual input");
     int64_t rows = product(x->dims, 0, x->rank - 1);
     l->variant = NULL;
     if (rows == 0) return 0;
-    if (hidden <= 0) return fail(err, "hidden must be positive, got %" PRId64, hidden);
-    if (rows >= INT32_MAX) return fail(err, "rows=%" PRId64 " exceeds the grid limit", rows);
-    if (!fits_i32(hidden)) return fail(err, "hidden size %" PRId64 " does not fit", hidden);
+    if (hidden <= 0) return onnxopt_fail(err, "hidden must be positive, got %" PRId64, hidden);
+    if (rows >= INT32_MAX) return onnxopt_fail(err, "rows=%" PRId64 " exceeds the grid limit", rows);
+    if (!fits_i32(hidden)) return onnxopt_fail(err, "hidden size %" PRId64 " does not fit", hidden);
     struct onnxopt_layer_norm_args *p = &l->storage.ln;
     p->x = ptr(x);
     p->residual = ptr(residual);
@@ -385,28 +385,28 @@ static int plan_group_norm(const struct onnxopt_call *c, struct onnxopt_launch *
     const struct onnxopt_tensor *x = &c->in[0];
     char a[96];
     if (x->rank < 2)
-        return fail(err, "X must be [N, C, ...], got %s", dims_text(x->dims, x->rank, a, sizeof a));
+        return onnxopt_fail(err, "X must be [N, C, ...], got %s", dims_text(x->dims, x->rank, a, sizeof a));
     int64_t batch = x->dims[0], channels = x->dims[1];
     int64_t groups = (int64_t)c->attrs->number[0];
     if (groups <= 0 || channels % groups)
-        return fail(err, "%" PRId64 " channels do not split into %" PRId64 " groups", channels,
+        return onnxopt_fail(err, "%" PRId64 " channels do not split into %" PRId64 " groups", channels,
                     groups);
     static const char *const names[] = {"gamma", "beta"};
     for (int i = 0; i < 2; ++i) {
         const struct onnxopt_tensor *t = &c->in[1 + i];
         if (t->data != NULL && !is_vector(t, channels))
-            return fail(err, "%s must be [%" PRId64 "], got %s", names[i], channels,
+            return onnxopt_fail(err, "%s must be [%" PRId64 "], got %s", names[i], channels,
                         dims_text(t->dims, t->rank, a, sizeof a));
     }
     const char *activation = c->attrs->text[2];
     int silu = strcmp(activation, "silu") == 0;
     if (!silu && activation[0] != '\0')
-        return fail(err, "activation must be '' or 'silu', got '%s'", activation);
+        return onnxopt_fail(err, "activation must be '' or 'silu', got '%s'", activation);
     int64_t spatial = product(x->dims, 2, x->rank);
     l->variant = NULL;
     if (batch == 0 || spatial == 0) return 0;
     if (batch * groups > ONNXOPT_GN_MAX_BLOCKS)
-        return fail(err, "batch * groups = %" PRId64 " exceeds the grid limit", batch * groups);
+        return onnxopt_fail(err, "batch * groups = %" PRId64 " exceeds the grid limit", batch * groups);
     int64_t per_group = channels / groups;
     struct onnxopt_group_norm_args *p = &l->storage.gn;
     p->x = ptr(x);
@@ -418,7 +418,7 @@ static int plan_group_norm(const struct onnxopt_call *c, struct onnxopt_launch *
     const struct onnxopt_variant *v = onnxopt_choose_group_norm(
         c->dtype, per_group * spatial, spatial, aligned16(p->x, p->y, 0, 0, 0, 0), &threads, err);
     if (v == NULL) return -1;
-    if (!fits_i32(spatial)) return fail(err, "spatial size %" PRId64 " does not fit", spatial);
+    if (!fits_i32(spatial)) return onnxopt_fail(err, "spatial size %" PRId64 " does not fit", spatial);
     p->groups = (int32_t)groups;
     p->channels_per_group = (int32_t)per_group;
     p->spatial = (int32_t)spatial;
@@ -458,16 +458,16 @@ static int plan_gelu(const struct onnxopt_call *c, const struct onnxopt_limits *
     int64_t rows, cols;
     rows_cols(x, &rows, &cols);
     if (bias->data != NULL && !is_vector(bias, cols))
-        return fail(err, "bias must be [%" PRId64 "], got %s", cols,
+        return onnxopt_fail(err, "bias must be [%" PRId64 "], got %s", cols,
                     dims_text(bias->dims, bias->rank, a, sizeof a));
     const char *approximate = c->attrs->text[0];
     int code = strcmp(approximate, "none") == 0   ? ONNXOPT_GELU_NONE
                : strcmp(approximate, "tanh") == 0 ? ONNXOPT_GELU_TANH
                                                   : -1;
-    if (code < 0) return fail(err, "approximate must be 'none' or 'tanh', got '%s'", approximate);
+    if (code < 0) return onnxopt_fail(err, "approximate must be 'none' or 'tanh', got '%s'", approximate);
     l->variant = NULL;
     if (rows * cols == 0) return 0;
-    if (!fits_i32(cols)) return fail(err, "a row of %" PRId64 " does not fit", cols);
+    if (!fits_i32(cols)) return onnxopt_fail(err, "a row of %" PRId64 " does not fit", cols);
     struct onnxopt_activations_gelu_args *p = &l->storage.gelu;
     p->x = ptr(x);
     p->bias = ptr(bias);
@@ -491,14 +491,14 @@ static int plan_swiglu(const struct onnxopt_call *c, const struct onnxopt_limits
     const struct onnxopt_tensor *gate = &c->in[0], *up = &c->in[1];
     char a[96], b[96];
     if (!same_dims(gate, up))
-        return fail(err, "gate %s and up %s must have one shape",
+        return onnxopt_fail(err, "gate %s and up %s must have one shape",
                     dims_text(gate->dims, gate->rank, a, sizeof a),
                     dims_text(up->dims, up->rank, b, sizeof b));
     int64_t rows, cols;
     rows_cols(gate, &rows, &cols);
     l->variant = NULL;
     if (rows * cols == 0) return 0;
-    if (!fits_i32(cols)) return fail(err, "a row of %" PRId64 " does not fit", cols);
+    if (!fits_i32(cols)) return onnxopt_fail(err, "a row of %" PRId64 " does not fit", cols);
     struct onnxopt_activations_swiglu_args *p = &l->storage.swiglu;
     p->gate = ptr(gate);
     p->up = ptr(up);
@@ -535,5 +535,5 @@ int onnxopt_plan(const struct onnxopt_call *c, const struct onnxopt_limits *limi
     if (strcmp(op, "GroupNorm") == 0) return plan_group_norm(c, l, err);
     if (strcmp(op, "BiasGelu") == 0) return plan_gelu(c, limits, l, err);
     if (strcmp(op, "SwiGLU") == 0) return plan_swiglu(c, limits, l, err);
-    return fail(err, "no plan for op %s", op);
+    return onnxopt_fail(err, "no plan for op %s", op);
 }
