@@ -295,8 +295,9 @@ def confined_fusion(model: Model, options: OptimizeOptions, target: Callable[[],
         loose = unconfined_sites(model.graph, FUSED_DOMAIN) if policy.inexact else frozenset()
         if not loose:
             break
-        policy = (policy.refusing(loose) if rounds < CONFINE_RUNS
-                  else ExactnessPolicy(inexact=False))
+        policy = policy.refusing(loose)
+        if rounds >= CONFINE_RUNS:  # none at all now (the report still counts what was found)
+            policy = ExactnessPolicy(inexact=False, refused=policy.refused)
         model = reimport()
     report.stages["exactness"] = ExactnessSummary(policy, rounds)
     return model

@@ -22,6 +22,8 @@ import math
 import onnx
 from onnx import ModelProto, numpy_helper
 
+from onnxopt.verification.readers import reached_readers, readers_by_value
+
 BATCH, SPATIAL, OTHER = "batch", "spatial", "other"
 _BATCH_NAMES = {"n", "b", "bs", "nb"}
 _SPATIAL_NAMES = {"h", "w", "height", "width", "img_h", "img_w", "image_height", "image_width"}
@@ -110,28 +112,17 @@ def spatial_hints(model: ModelProto) -> tuple[int, ...]:
                      if not d.HasField("dim_value"))}
     if not images:
         return ()
-    consumers: dict[str, list[onnx.NodeProto]] = {}
-    for node in model.graph.node:
-        for name in node.input:
-            consumers.setdefault(name, []).append(node)
     constants = _small_constants(model)
     patch, hints = None, []
-    frontier, seen = list(images), set()
-    while frontier:
-        name = frontier.pop()
-        if name in seen:
-            continue
-        seen.add(name)
-        for node in consumers.get(name, []):
-            if node.op_type in _SIDE_PRESERVING:
-                frontier.extend(node.output)
-            elif node.op_type == "Conv" and patch is None:
-                strides = _ints(node, "strides")
-                patch = strides[0] if strides and len(set(strides)) == 1 else None
-            elif node.op_type in ("Resize", "Upsample") and len(node.input) > 3:
-                sizes = constants.get(node.input[3])
-                if sizes is not None and len(sizes) >= 4 and sizes[-1] > 1:
-                    hints.append(int(sizes[-1]))
+    for _, node in reached_readers(readers_by_value(model.graph), images,
+                                   lambda node, _value: node.op_type in _SIDE_PRESERVING):
+        if node.op_type == "Conv" and patch is None:
+            strides = _ints(node, "strides")
+            patch = strides[0] if strides and len(set(strides)) == 1 else None
+        elif node.op_type in ("Resize", "Upsample") and len(node.input) > 3:
+            sizes = constants.get(node.input[3])
+            if sizes is not None and len(sizes) >= 4 and sizes[-1] > 1:
+                hints.append(int(sizes[-1]))
     if patch and patch > 1:
         hints += _position_table_sides(model, patch)
     return tuple(dict.fromkeys(h for h in hints if 8 <= h <= 4096))

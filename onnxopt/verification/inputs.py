@@ -31,6 +31,7 @@ from onnxopt.verification.dims import (
     graph_inputs,
     sequence_symbols,
 )
+from onnxopt.verification.readers import reached_readers, readers_by_value
 
 BATCH_SIZES = (1, 2)
 SEQ_SIZES = (7, 16, 29)
@@ -123,33 +124,26 @@ def _random_tensor(name: str, dtype: str, shape: tuple[int, ...], bound: int | N
     raise ValueError(f"input {name}: cannot make random values of type {dtype}")
 
 
+def _passes_index_on(node: onnx.NodeProto, value: str) -> bool:
+    return node.op_type in _PASS_THROUGH and node.input[0] == value
+
+
 def _index_bounds(graph: onnx.GraphProto) -> dict[str, int]:
     """For each graph input that feeds a Gather's indices: the gathered table's size."""
-    consumers: dict[str, list[onnx.NodeProto]] = {}
-    for node in graph.node:
-        for i, name in enumerate(node.input):
-            consumers.setdefault(name, []).append(node)
+    readers = readers_by_value(graph)
     dims = {t.name: list(t.dims) for t in graph.initializer}
     for node in graph.node:
         if node.op_type == "Constant" and node.attribute and node.attribute[0].name == "value":
             dims[node.output[0]] = list(node.attribute[0].t.dims)
     bounds: dict[str, int] = {}
     for vi in graph.input:
-        frontier, seen = [vi.name], set()
-        while frontier:
-            name = frontier.pop()
-            if name in seen:
-                continue
-            seen.add(name)
-            for node in consumers.get(name, []):
-                if node.op_type in _PASS_THROUGH and node.input[0] == name:
-                    frontier.extend(node.output)
-                elif node.op_type == "Gather" and len(node.input) > 1 and node.input[1] == name:
-                    table = dims.get(node.input[0])
-                    axis = next((a.i for a in node.attribute if a.name == "axis"), 0)
-                    if table:
-                        size = table[axis]
-                        bounds[vi.name] = min(bounds.get(vi.name, size), size)
+        for name, node in reached_readers(readers, [vi.name], _passes_index_on):
+            if node.op_type == "Gather" and len(node.input) > 1 and node.input[1] == name:
+                table = dims.get(node.input[0])
+                axis = next((a.i for a in node.attribute if a.name == "axis"), 0)
+                if table:
+                    size = table[axis]
+                    bounds[vi.name] = min(bounds.get(vi.name, size), size)
     return bounds
 
 
