@@ -1,9 +1,11 @@
 """Stages 3–5 driven together: match by root op, check legality, rewrite.
 
 Rules are indexed by root op type; a worklist holds nodes to try, in every graph of
-the model (the main graph and each If/Loop/Scan body, outer graphs first). When a
-rule fires, the nodes that read its new outputs are queued again, so the cost grows
-with the graph, not with its square. For every rule the driver keeps what
+the model (the main graph and each If/Loop/Scan body, outer graphs first). It is the
+rewrite driver's (:class:`onnxopt.rewrite.driver.NodeWorklist`), fed by the graph's edit
+events: when a rule fires, the nodes its edits touched (the readers of its new outputs)
+and the nodes it made are queued again, so the cost grows with the graph, not with its
+square. For every rule the driver keeps what
 ``explain`` shows: each region fused, each region refused with the legality reason,
 and the best partial match with the reason it stopped — each reason a
 :class:`~onnxopt.refusal.Refusal`, whose code the report groups by. The fused nodes a
@@ -12,7 +14,7 @@ rule makes are checked against their op's schema (:data:`onnxopt.ops.FUSED_OPS`)
 
 from __future__ import annotations
 
-from collections import Counter, deque
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -31,6 +33,7 @@ from onnxopt.match.pattern import Builder, Match, Trace, match_pattern, pattern_
 from onnxopt.ops import FUSED_OPS
 from onnxopt.options import OptimizeOptions
 from onnxopt.refusal import Refusal
+from onnxopt.rewrite.driver import NodeWorklist, listening
 from onnxopt.rules import all_rules
 from onnxopt.rules.base import Facts, Rule
 
@@ -179,16 +182,17 @@ def rewrite_cap(node_count: int) -> int:
 
 def _run_worklist(graph: Graph, by_root, target: Target, report: FusionReport, debug: bool,
                   apply: bool, hold_back: Callable[[str, str], bool]) -> None:
-    work = deque(n for n in graph if n.op_type in by_root)
-    queued = {id(n) for n in work}
+    work = NodeWorklist(graph, graph, lambda n: n.op_type in by_root)
+    with listening(graph.names, work):
+        _drain(graph, work, by_root, target, report, debug, apply, hold_back)
+
+
+def _drain(graph: Graph, work: NodeWorklist, by_root, target: Target, report: FusionReport,
+           debug: bool, apply: bool, hold_back: Callable[[str, str], bool]) -> None:
     cap, nodes = rewrite_cap(len(graph)), len(graph)
     rewrites: dict[str, int] = {}  # per rule; past the cap the rule is stopped in this graph
     done: dict[tuple[int, str], Node] = {}  # holds the nodes, so ids are never reused
-    while work:
-        node = work.popleft()
-        queued.discard(id(node))
-        if node.graph is not graph:
-            continue
+    for node in work:
         for rule, pattern, names in by_root.get(node.op_type, ()):
             key = (id(node), rule.name)
             if key in done or rewrites.get(rule.name, 0) > cap:
@@ -222,12 +226,9 @@ def _run_worklist(graph: Graph, by_root, target: Target, report: FusionReport, d
             report.regions.append(region)
             if not apply:
                 continue
-            new_users, sites = _apply(graph, rule, m, verdict, debug)
+            with work.rewriting():  # its edits queue the nodes they touched
+                sites = _apply(graph, rule, m, verdict, debug)
             region.inexact = tuple(sorted({rewrite_of(s) for s in sites}))
-            for user in new_users:
-                if user.op_type in by_root and id(user) not in queued:
-                    work.append(user)
-                    queued.add(id(user))
             break
 
 
@@ -242,9 +243,9 @@ def _legal(rule: Rule, m: Match, target: Target) -> Refusal | Facts | None:
 
 
 def _apply(graph: Graph, rule: Rule, m: Match, facts: Facts | None, debug: bool
-           ) -> tuple[list[Node], frozenset[str]]:
-    """Rewrite the match; return the nodes to look at again, and the non-exact rewrites the
-    fused region now holds (:mod:`onnxopt.ir.exactness`)."""
+           ) -> frozenset[str]:
+    """Rewrite the match; return the non-exact rewrites the fused region now holds
+    (:mod:`onnxopt.ir.exactness`)."""
     extra = facts.outputs if facts is not None else ()
     anchor = extra[0].producer if extra else m.root
     # Named after the family: the written model's node names are the same whichever of a
@@ -263,7 +264,6 @@ def _apply(graph: Graph, rule: Rule, m: Match, facts: Facts | None, debug: bool
                          f"{len(outputs)} of the match at {m.root.name}")
     if debug and not b.nodes:
         raise MatchError(f"rule {rule.name} reported a rewrite but created no node")
-    users: list[Node] = []
     for old, new in zip(outputs, new_outputs):
         if new is None:
             if old.num_uses or old.is_graph_output:
@@ -274,10 +274,8 @@ def _apply(graph: Graph, rule: Rule, m: Match, facts: Facts | None, debug: bool
             new.dtype = old.dtype
         if new.shape is None:
             new.shape = old.shape
-        users.extend(n for n, _ in old.uses())
         if not replace_value(graph, old, new):
             raise MatchError(f"rule {rule.name}: cannot replace graph output %{old.name}")
-    users.extend(n for n in b.nodes)
     # Until nothing changes: a matched node read only by another matched node dies with it,
     # whatever order the pattern listed them in (a dead fused node left here would be bound
     # by stage 6 and would block later matches that share its inputs).
@@ -302,4 +300,4 @@ def _apply(graph: Graph, rule: Rule, m: Match, facts: Facts | None, debug: bool
                 sites.update(v.inexact)
     if debug:
         verify_graph(graph)
-    return users, frozenset(sites)
+    return frozenset(sites)

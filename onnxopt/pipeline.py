@@ -37,6 +37,7 @@ from onnxopt.ir.tensor import LazyTensor
 from onnxopt.ir.verifier import verify_graph
 from onnxopt.legality.target import Target, run_target
 from onnxopt.options import OptimizeOptions
+from onnxopt.rewrite.driver import SWEEP_LIMIT, RewriteLoop
 from onnxopt.select import SelectReport
 
 Progress = Callable[[str], None]
@@ -342,12 +343,11 @@ def _stage(name: str, timed: Callable[[str, Callable], Any], options: OptimizeOp
         raise StageFailure(name, e) from e
 
 
-SETTLE_ROUNDS = 3
-
-
 def fuse_and_settle(model: Model, options: OptimizeOptions, target: Target
                     ) -> FusionReport | None:
-    """Fuse, then settle: normalize, and fuse again while that removed fused nodes.
+    """Fuse, then settle: normalize, and fuse again while that removed fused nodes (each
+    settle removes some, so it ends; a rewrite that kept making and removing fused nodes
+    would be a bug, which :data:`onnxopt.rewrite.driver.SWEEP_LIMIT` names).
 
     A rewrite can leave the nodes it replaced alive through shape readers alone (a
     TorchScript export reads the Shape of its head-merge Transpose to build a Reshape
@@ -359,11 +359,16 @@ def fuse_and_settle(model: Model, options: OptimizeOptions, target: Target
     report = fuse.run(model, options, target)
     if report is None:
         return None
-    for _ in range(SETTLE_ROUNDS - 1):
+    settles = 0
+    while True:
         before = fuse.fused_node_count(model)
         normalize.run(model, options)
         if fuse.fused_node_count(model) == before:
             break
+        settles += 1
+        if settles > SWEEP_LIMIT:
+            raise RewriteLoop(f"fusion did not settle after {SWEEP_LIMIT} rounds: "
+                              "normalization keeps removing fused nodes")
         again = fuse.run(model, options, target)
         # Every candidate is matched again: keep the first round's fusions, and the second
         # round's word on everything (what still cannot fuse, and why).

@@ -20,14 +20,47 @@ from onnxopt.ir.tensor import LazyTensor
 from onnxopt.ir.value import Shape, Value
 
 
-class NameScope:
-    """Names already taken in a model (shared by a graph and all its subgraphs)."""
+class EditListener:
+    """What a rewrite driver hears of the edits made to a model's graphs (all of them: the
+    listener sits on the model's :class:`NameScope`, which every subgraph shares).
 
-    __slots__ = ("_counters", "inexact_recorded", "taken")
+    The driver learns from these which nodes to look at again — the node inserted, the
+    readers of a value replaced, the node whose input changed — rather than from a pass's
+    own count of what it did. Each method is called after the edit is made; the defaults do
+    nothing, so a listener overrides only what it needs."""
+
+    def node_inserted(self, node: Node) -> None:
+        """``node`` was placed in a graph (made, or moved)."""
+
+    def node_removed(self, node: Node) -> None:
+        """``node`` left its graph (its inputs already released)."""
+
+    def input_changed(self, node: Node, old: Value | None, new: Value | None) -> None:
+        """``node`` reads ``new`` where it read ``old``."""
+
+    def uses_replaced(self, old: Value, new: Value, readers: list[Node]) -> None:
+        """Every reader of ``old`` (``readers``, in use order) now reads ``new``."""
+
+    def constant_removed(self, value: Value) -> None:
+        """``value``, an unread constant, left its graph."""
+
+    def node_changed(self, node: Node) -> None:
+        """``node`` was changed in place (attributes, meaning, or the facts inferred on its
+        outputs): :meth:`Graph.changed` says so."""
+
+
+class NameScope:
+    """Names already taken in a model (shared by a graph and all its subgraphs), and the
+    listeners of every edit made to them (:class:`EditListener`)."""
+
+    __slots__ = ("_counters", "inexact_recorded", "listeners", "taken")
 
     def __init__(self) -> None:
         self.taken: set[str] = set()
         self._counters: dict[str, int] = {}
+        # Who hears of edits (a rewrite driver while it runs): a tuple, empty when nobody
+        # listens, so an edit pays one truth test when none is there.
+        self.listeners: tuple[EditListener, ...] = ()
         # Whether a non-exact rewrite was recorded anywhere in the model (onnxopt.ir.exactness):
         # until one is, edits have no sites to carry along and skip looking for them.
         self.inexact_recorded = False
@@ -224,9 +257,13 @@ class Graph:
             self._owners += 1
         for out in node.outputs:
             out.graph = self
+        if self.names.listeners:
+            for listener in self.names.listeners:
+                listener.node_inserted(node)
 
     def move_before(self, ref: Node, node: Node) -> None:
-        """Move a node of this graph so that it sits right before ``ref``."""
+        """Move a node of this graph so that it sits right before ``ref`` (listeners hear of
+        it as an insertion: its place changed, and with it what a walk in order sees)."""
         self._unlink(node)
         node.graph = None
         self.insert_before(ref, node)
@@ -248,14 +285,25 @@ class Graph:
             sites = dying_sites(old)
             for out in node.outputs:
                 record(out, sites)
+        if self.names.listeners and old is not value:
+            for listener in self.names.listeners:
+                listener.input_changed(node, old, value)
 
     def set_inputs(self, node: Node, values: Iterable[Value | None]) -> None:
-        for i, old in enumerate(node._inputs):
+        before = node._inputs
+        for i, old in enumerate(before):
             if old is not None:
                 _drop_use(old, node, i)
         node._inputs = []
         for v in values:
             self._append_input(node, v)
+        if self.names.listeners:
+            for i in range(max(len(before), len(node._inputs))):
+                old = before[i] if i < len(before) else None
+                new = node._inputs[i] if i < len(node._inputs) else None
+                if old is not new:
+                    for listener in self.names.listeners:
+                        listener.input_changed(node, old, new)
 
     def replace_all_uses(self, old: Value, new: Value, *, outputs: bool = False) -> None:
         """Make every reader of ``old`` read ``new``.
@@ -267,7 +315,8 @@ class Graph:
             return
         if not outputs and old in self.output_set():
             raise ValueError(f"{old.name} is a graph output; pass outputs=True to rewire it")
-        for node, index in old.uses():
+        uses = old.uses()
+        for node, index in uses:
             node._inputs[index] = new
             new._uses.append((node, index))
         old._uses.clear()
@@ -275,6 +324,18 @@ class Graph:
             self._replace_output(old, new)
         if self.names.inexact_recorded:
             record(new, dying_sites(old))
+        if self.names.listeners:
+            readers = [node for node, _ in uses]
+            for listener in self.names.listeners:
+                listener.uses_replaced(old, new, readers)
+
+    def changed(self, node: Node) -> None:
+        """Say that ``node`` was changed in place — an attribute, its meaning (``sem``), the
+        facts inferred on its outputs — which no edit of inputs or uses shows: the listeners
+        (a rewrite driver) look at it, and at what reads it, again."""
+        if self.names.listeners:
+            for listener in self.names.listeners:
+                listener.node_changed(node)
 
     def _replace_output(self, old: Value, new: Value) -> None:
         if old in self.output_set():
@@ -306,6 +367,9 @@ class Graph:
                 sub.remove(list(sub), safe=False)
             self._unlink(node)
             node.graph = None
+            if self.names.listeners:
+                for listener in self.names.listeners:
+                    listener.node_removed(node)
 
     def _unlink(self, node: Node) -> None:
         if node.graph is not self:
@@ -321,6 +385,9 @@ class Graph:
         if value._uses:
             raise ValueError(f"constant {value.name} is still read")
         self.constants.pop(value.name, None)
+        if self.names.listeners:
+            for listener in self.names.listeners:
+                listener.constant_removed(value)
 
     def __repr__(self) -> str:
         return format_graph(self)

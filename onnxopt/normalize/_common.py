@@ -12,7 +12,6 @@ and the dead-node remover (``ir.edit.remove_if_dead``).
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from typing import Self
 
 import numpy as np
 from onnx import AttributeProto
@@ -23,19 +22,6 @@ from onnxopt.ir.model import Model
 from onnxopt.ir.node import Attr, Node
 from onnxopt.ir.semantics import STANDARD_DOMAINS, annotate
 from onnxopt.ir.value import Shape, Value
-
-
-class Changes(int):
-    """A pass's change count that may also say ``touched``: it updated facts (shapes, dtypes,
-    contents) without a change that keeps the fixed point going, which passes that ran
-    before it have not seen."""
-
-    touched: bool
-
-    def __new__(cls, count: int, *, touched: bool = False) -> Self:
-        obj = super().__new__(cls, count)
-        obj.touched = touched or count > 0
-        return obj
 
 
 def is_op(node: Node | None, *op_types: str) -> bool:

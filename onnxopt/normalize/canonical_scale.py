@@ -36,11 +36,12 @@ from onnxopt.normalize._common import (
     new_node,
     scalar_operand,
 )
+from onnxopt.rewrite.driver import PassResult
 
 NAME = "canonical_scale"
 
 
-def canonical_scale(model: Model) -> int:
+def canonical_scale(model: Model) -> PassResult:
     """Move float scalar scales onto one Mul after each MatMul; return the number of rewrites.
 
     Not exact: ``x·(1/c)`` is not ``x/c`` in the last bit, and a product regrouped rounds
@@ -53,7 +54,7 @@ def canonical_scale(model: Model) -> int:
             rewrite = _REWRITES.get(node.op_type) if is_op(node, *_REWRITES) else None
             if rewrite is not None and policy.permits(NAME, node):
                 count += rewrite(graph, node)
-    return count
+    return PassResult(count)
 
 
 def _constant(graph: Graph, value: float, dtype: str, shape: tuple[int, ...]) -> Value:

@@ -31,14 +31,15 @@ from onnxopt.normalize._common import (
     live_ops,
     new_node,
 )
+from onnxopt.rewrite.driver import PassResult
 
 NAME = "centered_shift"
 
 
-def centered_shift(model: Model) -> int:
+def centered_shift(model: Model) -> PassResult:
     """Rewrite ``x·s + (β − mean(x)·s)`` into ``(x − mean(x))·s + β``; return how many."""
-    return sum(_rewrite(graph, node) for graph, node in live_ops(model, "Add")
-               if model.exactness.permits(NAME, node))
+    return PassResult(sum(_rewrite(graph, node) for graph, node in live_ops(model, "Add")
+               if model.exactness.permits(NAME, node)))
 
 
 def _binary(value: Value, reader: Node, op: str) -> Node | None:

@@ -38,14 +38,15 @@ from onnxopt.normalize._common import (
     new_node,
     square_of,
 )
+from onnxopt.rewrite.driver import PassResult
 
 NAME = "centered_variance"
 
 
-def centered_variance(model: Model) -> int:
+def centered_variance(model: Model) -> PassResult:
     """Rewrite clamped one-pass variances into means of centred squares; return how many."""
-    return sum(_rewrite(graph, node) for graph, node in live_ops(model, "Max")
-               if model.exactness.permits(NAME, node))
+    return PassResult(sum(_rewrite(graph, node) for graph, node in live_ops(model, "Max")
+               if model.exactness.permits(NAME, node)))
 
 
 def _clamped(max_node: Node) -> Value | None:

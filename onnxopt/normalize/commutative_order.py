@@ -14,9 +14,10 @@ from __future__ import annotations
 
 from onnxopt.ir.model import Model
 from onnxopt.ir.semantics import COMMUTATIVE, STANDARD_DOMAINS
+from onnxopt.rewrite.driver import PassResult
 
 
-def commutative_order(model: Model) -> int:
+def commutative_order(model: Model) -> PassResult:
     """Put constant operands of commutative ops last; return how many nodes changed."""
     count = 0
     for graph in model.graph.all_graphs():
@@ -30,4 +31,4 @@ def commutative_order(model: Model) -> int:
             if any(a is not b for a, b in zip(ordered, inputs)):
                 graph.set_inputs(node, ordered)
                 count += 1
-    return count
+    return PassResult(count)

@@ -25,9 +25,10 @@ from onnxopt.ir.model import Model
 from onnxopt.ir.node import Node
 from onnxopt.ir.tensor import LazyTensor
 from onnxopt.normalize._common import live_ops
+from onnxopt.rewrite.driver import PassResult
 
 
-def constant_reshape_target(model: Model) -> int:
+def constant_reshape_target(model: Model) -> PassResult:
     changes = 0
     for graph, node in live_ops(model, "Reshape"):
         dims = constant_target(node)
@@ -38,8 +39,9 @@ def constant_reshape_target(model: Model) -> int:
         target.sym = tuple(dims)
         graph.set_input(node, 1, target)
         node.attrs.pop("allowzero", None)  # its 0s copy (no literal zero was there)
+        graph.changed(node)
         changes += 1
-    return changes
+    return PassResult(changes)
 
 
 def constant_target(node: Node) -> list[int] | None:

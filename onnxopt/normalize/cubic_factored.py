@@ -40,14 +40,15 @@ from onnxopt.normalize._common import (
     scalar_operand,
     square_of,
 )
+from onnxopt.rewrite.driver import PassResult
 
 NAME = "cubic_factored"
 
 
-def cubic_factored(model: Model) -> int:
+def cubic_factored(model: Model) -> PassResult:
     """Factor the linear coefficient out of ``c1·x + c2·x³``; return how many were rewritten."""
-    return sum(_rewrite(graph, node) for graph, node in live_ops(model, "Add")
-               if model.exactness.permits(NAME, node))
+    return PassResult(sum(_rewrite(graph, node) for graph, node in live_ops(model, "Add")
+               if model.exactness.permits(NAME, node)))
 
 
 def cube_of(value: Value) -> Value | None:

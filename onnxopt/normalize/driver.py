@@ -1,9 +1,9 @@
-"""Running normalization passes to a fixed point.
+"""The normalization passes, in order, run to a fixed point by the rewrite driver.
 
-A pass is a function ``(model) -> int`` returning how many changes it made.
-The driver repeats the whole list until a round changes nothing, at most
-``MAX_ROUNDS`` times (a pass pair that undoes each other must not hang the
-tool), and under ``debug`` verifies the IR after every pass.
+A pass is a function ``(model) -> PassResult``. The driver
+(:func:`onnxopt.rewrite.driver.run_to_fixed_point`) runs each again whenever the graph was
+edited since it last began — it hears the edits themselves — until none was; under
+``debug`` it verifies the IR after every pass.
 """
 
 from __future__ import annotations
@@ -11,7 +11,6 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from onnxopt.ir.model import Model
-from onnxopt.ir.verifier import verify_graph
 from onnxopt.normalize.canonical_scale import canonical_scale
 from onnxopt.normalize.centered_shift import centered_shift
 from onnxopt.normalize.centered_variance import centered_variance
@@ -33,9 +32,9 @@ from onnxopt.normalize.transpose_into_matmul import transpose_into_matmul
 from onnxopt.normalize.transpose_through_reshape import transpose_through_reshape
 from onnxopt.normalize.unmerge_heads import unmerge_heads
 from onnxopt.normalize.where_to_additive import where_to_additive
+from onnxopt.rewrite.driver import PassResult, run_to_fixed_point
 
-Pass = Callable[[Model], int]
-MAX_ROUNDS = 8
+Pass = Callable[[Model], PassResult]
 
 # Order: make numbers numbers and drop debris first (so use counts are honest), then share
 # what is equal, then put what remains into canonical forms. The round repeats until quiet.
@@ -77,26 +76,10 @@ NOT_EXACT = frozenset({
 
 def run_passes(model: Model, *, debug: bool = False,
                passes: list[tuple[str, Pass]] | None = None) -> dict[str, int]:
-    """Rounds of every pass until one changes nothing. A pass that found nothing to do is
-    not run again until something changed after it ran (a change, or facts a pass
-    ``touched``): it would see the same graph and find nothing again. That spares most of
-    the round that only confirms the fixed point, on every call."""
+    """Every pass until the graph settles (:func:`run_to_fixed_point`): a pass runs again only
+    where something was edited since it last began, so the sweep that only confirms the fixed
+    point runs each pass once at most. Returns how often each pass changed the graph (the
+    passes that did)."""
     passes = PASSES if passes is None else passes
-    counts: dict[str, int] = {name: 0 for name, _ in passes}
-    stale = {name: True for name, _ in passes}  # something changed since the pass last ran
-    for _round in range(MAX_ROUNDS):
-        changed = 0
-        for name, fn in passes:
-            if not stale[name]:
-                continue
-            n = fn(model)
-            stale[name] = False
-            counts[name] += n
-            changed += n
-            if n or getattr(n, "touched", False):
-                stale = dict.fromkeys(stale, True)
-            if debug:
-                verify_graph(model.graph)
-        if not changed:
-            break
-    return {k: v for k, v in counts.items() if v}
+    results = run_to_fixed_point(model, passes, debug=debug)
+    return {name: r.changed for name, r in results.items()}

@@ -39,12 +39,13 @@ from onnxopt.normalize._common import (
     new_node,
     small_constant,
 )
+from onnxopt.rewrite.driver import PassResult
 
 NAME = "elementwise_out_of_split"
 OPS = ("Add", "Mul")
 
 
-def elementwise_out_of_split(model: Model) -> int:
+def elementwise_out_of_split(model: Model) -> PassResult:
     changes = 0
     for graph, merge in live_ops(model, "Reshape"):
         op = merge.inputs[0].producer
@@ -68,7 +69,7 @@ def elementwise_out_of_split(model: Model) -> int:
         graph.remove(merge)
         graph.remove(op)
         changes += 1
-    return changes
+    return PassResult(changes)
 
 
 def merged_axis(split, merged) -> int | None:

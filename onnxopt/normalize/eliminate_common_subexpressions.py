@@ -28,19 +28,20 @@ from onnxopt.ir.node import Node
 from onnxopt.ir.semantics import COMMUTATIVE
 from onnxopt.ir.tensor import LazyTensor
 from onnxopt.normalize._common import STANDARD_DOMAINS
+from onnxopt.rewrite.driver import PassResult
 
 MAX_CONSTANT_ELEMENTS = 1024
 _RANDOM = frozenset({"RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike",
                      "Multinomial", "Bernoulli", "Dropout"})
 
 
-def eliminate_common_subexpressions(model: Model) -> int:
+def eliminate_common_subexpressions(model: Model) -> PassResult:
     """Merge equal small constants, then equal nodes; return how many were merged."""
     count = 0
     for graph in model.graph.all_graphs():
         count += _constants(graph)
         count += _nodes(graph)
-    return count
+    return PassResult(count)
 
 
 def _constants(graph: Graph) -> int:

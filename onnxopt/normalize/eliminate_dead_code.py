@@ -17,11 +17,12 @@ from __future__ import annotations
 
 from onnxopt.ir.graph import Graph
 from onnxopt.ir.model import Model
+from onnxopt.rewrite.driver import PassResult
 
 
-def eliminate_dead_code(model: Model) -> int:
+def eliminate_dead_code(model: Model) -> PassResult:
     """Remove unread nodes and constants in every graph; return how many were removed."""
-    return _graph(model.graph)
+    return PassResult(_graph(model.graph))
 
 
 def _graph(graph: Graph) -> int:

@@ -40,6 +40,7 @@ from onnxopt.ir.semantics import reduction_semantics
 from onnxopt.ir.tensor import LazyTensor
 from onnxopt.normalize._common import STANDARD_DOMAINS, ort_slice, static_shape
 from onnxopt.normalize.shape_rules import RULES
+from onnxopt.rewrite.driver import PassResult
 
 MAX_ELEMENTS = 1_000_000
 MAX_BYTES = 16 * 1024 * 1024
@@ -79,14 +80,14 @@ EXACT_FLOAT_FOLDS = frozenset({
 })
 
 
-def fold_constants(model: Model) -> int:
+def fold_constants(model: Model) -> PassResult:
     """Replace constant-input nodes (and Shape/Size of static shapes) by constants."""
     count = 0
     for graph in model.graph.all_graphs():
         for node in graph:
             if _try_fold(model, graph, node):
                 count += 1
-    return count
+    return PassResult(count)
 
 
 def inexact_fold(node: Node) -> bool:

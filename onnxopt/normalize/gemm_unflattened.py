@@ -26,11 +26,12 @@ from onnxopt.ir.model import Model
 from onnxopt.ir.node import Node
 from onnxopt.ir.value import Value
 from onnxopt.normalize._common import is_op, is_private, new_node
+from onnxopt.rewrite.driver import PassResult
 
 NAME = "gemm_unflattened"
 
 
-def gemm_unflattened(model: Model) -> int:
+def gemm_unflattened(model: Model) -> PassResult:
     count = 0
     for graph in model.graph.all_graphs():
         for node in list(graph):
@@ -59,7 +60,7 @@ def gemm_unflattened(model: Model) -> int:
                 continue
             remove_if_dead(graph, unflatten, node, flatten)
             count += 1
-    return count
+    return PassResult(count)
 
 
 def _flattened_linear(gemm: Node) -> tuple[Node, Node, Value] | None:

@@ -16,9 +16,10 @@ from __future__ import annotations
 from onnxopt.ir import symdim as sd
 from onnxopt.ir.model import Model
 from onnxopt.normalize._common import is_op, is_private, live_ops
+from onnxopt.rewrite.driver import PassResult
 
 
-def merge_reshapes(model: Model) -> int:
+def merge_reshapes(model: Model) -> PassResult:
     changes = 0
     for graph, outer in live_ops(model, "Reshape"):
         inner_value, target = outer.inputs[0], outer.input(1)
@@ -34,7 +35,7 @@ def merge_reshapes(model: Model) -> int:
         graph.set_input(outer, 0, inner.inputs[0])
         graph.remove(inner)
         changes += 1
-    return changes
+    return PassResult(changes)
 
 
 def _zeros_copy_the_same(dims, inner_shape, x_shape, outer) -> bool:

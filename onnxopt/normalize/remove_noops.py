@@ -37,11 +37,12 @@ from onnxopt.normalize._common import (
     scalar_constant,
     small_constant,
 )
+from onnxopt.rewrite.driver import PassResult
 
 NAME = "remove_noops"
 
 
-def remove_noops(model: Model) -> int:
+def remove_noops(model: Model) -> PassResult:
     """Forward the readers of every no-op's output to the value it equals; remove the node."""
     count = 0
     for graph in model.graph.all_graphs():
@@ -59,7 +60,7 @@ def remove_noops(model: Model) -> int:
                 continue
             if _forward(graph, node, same, inexact):
                 count += 1
-    return count
+    return PassResult(count)
 
 
 def _flips_a_zero(node: Node) -> bool:

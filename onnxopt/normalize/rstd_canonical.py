@@ -35,11 +35,12 @@ from onnxopt.normalize._common import (
     live_ops,
     new_node,
 )
+from onnxopt.rewrite.driver import PassResult
 
 NAME = "rstd_canonical"
 
 
-def rstd_canonical(model: Model) -> int:
+def rstd_canonical(model: Model) -> PassResult:
     """Spell reciprocal square roots as Reciprocal and apply them before the weight."""
     count = 0
     for graph, node in live_ops(model, "Div", "Mul"):
@@ -47,7 +48,7 @@ def rstd_canonical(model: Model) -> int:
             count += _reciprocal(graph, node)  # the same IEEE division: exact
         elif model.exactness.permits(NAME, node):
             count += _weight_last(graph, node)  # a regrouped product: not exact
-    return count
+    return PassResult(count)
 
 
 def _is_sqrt(value: Value | None) -> bool:

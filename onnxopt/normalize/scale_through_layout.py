@@ -29,12 +29,13 @@ from onnxopt.normalize._common import (
     new_node,
     scalar_operand,
 )
+from onnxopt.rewrite.driver import PassResult
 
 NAME = "scale_through_layout"
 LAYOUT_OPS = ("Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten")
 
 
-def scale_through_layout(model: Model) -> int:
+def scale_through_layout(model: Model) -> PassResult:
     changes = 0
     for graph, mul in live_ops(model, "Mul"):
         found = scalar_operand(mul)
@@ -63,5 +64,5 @@ def scale_through_layout(model: Model) -> int:
                 graph.set_input(reader, i, moved.output)
         graph.remove(mul)
         changes += 1
-    return changes
+    return PassResult(changes)
 

@@ -26,31 +26,27 @@ from onnxopt.ir.node import STANDARD_DOMAINS, Node
 from onnxopt.ir.semantics import annotate
 from onnxopt.ir.tensor import LazyTensor
 from onnxopt.ir.value import Value
-from onnxopt.normalize._common import Changes
 from onnxopt.normalize.shape_rules import RULES, SYM_RULES
+from onnxopt.rewrite.driver import PassResult
 
 MAX_SYM_ELEMENTS = 16
 
 
-def infer_shapes(model: Model) -> Changes:
+def infer_shapes(model: Model) -> PassResult:
     """Propagate shapes and small-integer contents; fold fully known ones. Returns the folds
-    made, marked ``touched`` where a shape, dtype or contents changed without a fold (not a
-    change that keeps the fixed point going, but one a pass that ran earlier may not have
-    seen: the driver reruns those)."""
-    folds = touched = 0
-    for graph in model.graph.all_graphs():
-        f, t = _infer_graph(graph, model.fresh_dim)
-        folds += f
-        touched += t
-    return Changes(folds, touched=bool(touched))
+    made. A node whose shape, dtype or contents changed without a fold is said to the rewrite
+    driver (``Graph.changed``): not a change the report counts, but one a pass that ran
+    earlier may not have seen, so the driver runs those again."""
+    return PassResult(sum(_infer_graph(graph, model.fresh_dim)
+                          for graph in model.graph.all_graphs()))
 
 
-def _infer_graph(graph: Graph, fresh) -> tuple[int, int]:
+def _infer_graph(graph: Graph, fresh) -> int:
     for v in graph.inputs:
         v.shape = _named(_clean_shape(v.shape), fresh)
     for v in graph.constants.values():
         _constant_sym(v)
-    folds = touched = 0
+    folds = 0
     for node in graph:
         if node.domain not in STANDARD_DOMAINS:
             for out in node.outputs:
@@ -66,9 +62,9 @@ def _infer_graph(graph: Graph, fresh) -> tuple[int, int]:
             out.shape = _named(out.shape, fresh)
         if axes != node.sem.get("axes") or before != [(o.dtype, o.shape, o.sym)
                                                       for o in node.outputs]:
-            touched += 1
+            graph.changed(node)  # new facts: what read the old ones is looked at again
         node.inferred_from = None if folded else _basis(node)
-    return folds, touched
+    return folds
 
 
 def _unchanged(node: Node) -> bool:

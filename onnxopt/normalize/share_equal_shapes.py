@@ -26,11 +26,12 @@ from onnxopt.ir.edit import replace_value
 from onnxopt.ir.model import Model
 from onnxopt.ir.value import Value
 from onnxopt.normalize._common import known_shape, static_shape
+from onnxopt.rewrite.driver import PassResult
 
 _INTEGER_TYPES = frozenset({"int64", "int32"})
 
 
-def share_equal_shapes(model: Model) -> int:
+def share_equal_shapes(model: Model) -> PassResult:
     """Make every reader of a provably repeated integer value read its first computation."""
     shared = 0
     for graph in model.graph.all_graphs():
@@ -43,7 +44,7 @@ def share_equal_shapes(model: Model) -> int:
                 kept = first.setdefault(key, value)
                 if kept is not value and value.num_uses and replace_value(graph, value, kept):
                     shared += 1
-    return shared
+    return PassResult(shared)
 
 
 def _contents_key(value: Value | None) -> tuple | None:

@@ -30,11 +30,12 @@ from onnxopt.ir.model import Model
 from onnxopt.ir.node import Node
 from onnxopt.ir.value import Value
 from onnxopt.normalize._common import int_attr, is_op, is_private, new_node
+from onnxopt.rewrite.driver import PassResult
 
 NAME = "softmax_canonical"
 
 
-def softmax_canonical(model: Model) -> int:
+def softmax_canonical(model: Model) -> PassResult:
     """Rewrite decomposed softmaxes into Softmax and mark every Softmax stable.
 
     Marking is exact (a note for the patterns); the rewrite is not (ONNX Runtime's Softmax
@@ -45,10 +46,11 @@ def softmax_canonical(model: Model) -> int:
             if is_op(node, "Softmax"):
                 if node.sem.get("stable") is not True:
                     node.sem["stable"] = True
+                    graph.changed(node)
                     count += 1
             elif is_op(node, "Div") and model.exactness.permits(NAME, node):
                 count += _rewrite(graph, node)
-    return count
+    return PassResult(count)
 
 
 def _single_axis(reduce: Node, rank: int | None) -> int | None:

@@ -39,12 +39,13 @@ from onnxopt.normalize._common import (
     is_private,
     new_node,
 )
+from onnxopt.rewrite.driver import PassResult
 
 NAME = "transpose_into_matmul"
 _FLAGS = ("transpose_a", "transpose_b")
 
 
-def transpose_into_matmul(model: Model) -> int:
+def transpose_into_matmul(model: Model) -> PassResult:
     """Absorb operand Transposes into MatMul flags and merge Transpose chains."""
     count = 0
     for graph in model.graph.all_graphs():
@@ -53,7 +54,7 @@ def transpose_into_matmul(model: Model) -> int:
                 count += _merge(graph, node)
             elif is_op(node, "MatMul") and len(node.inputs) == 2:
                 count += sum(_absorb(graph, node, i) for i in (0, 1))
-    return count
+    return PassResult(count)
 
 
 def _perm(node: Node) -> list[int] | None:
@@ -86,6 +87,7 @@ def _merge(graph: Graph, node: Node) -> int:
     graph.set_input(node, 0, x)
     node.attrs["perm"] = ints_attr(combined)
     annotate(node)
+    graph.changed(node)
     remove_if_dead(graph, inner)
     return 1
 
@@ -118,6 +120,7 @@ def _absorb(graph: Graph, node: Node, i: int) -> int:
     node.sem[_FLAGS[i]] = not flag
     node.sem[f"{_FLAGS[i]}_rank"] = len(q)  # what the exporter's Transpose swaps, kept here
     annotate(node)
+    graph.changed(node)
     remove_if_dead(graph, t)
     return 1
 

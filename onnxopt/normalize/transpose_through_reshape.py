@@ -22,9 +22,10 @@ from onnxopt.ir.model import Model
 from onnxopt.ir.semantics import annotate
 from onnxopt.normalize._common import ints_attr, is_op, live_ops
 from onnxopt.normalize.shape_of_transpose import read_before_transpose
+from onnxopt.rewrite.driver import PassResult
 
 
-def transpose_through_reshape(model: Model) -> int:
+def transpose_through_reshape(model: Model) -> PassResult:
     changes = 0
     for graph, outer in live_ops(model, "Reshape"):
         t = outer.inputs[0].producer
@@ -48,7 +49,7 @@ def transpose_through_reshape(model: Model) -> int:
         graph.remove([outer, t])
         remove_if_dead(graph, inner)  # kept where a Shape still reads it (a free view in ORT)
         changes += 1
-    return changes
+    return PassResult(changes)
 
 
 def _sizes_read_elsewhere(graph, t) -> bool:

@@ -30,13 +30,14 @@ from onnxopt.ir.node import STANDARD_DOMAINS, Node
 from onnxopt.ir.tensor import LazyTensor
 from onnxopt.ir.value import Value
 from onnxopt.normalize._common import int_attr, is_op, live_ops, new_node
+from onnxopt.rewrite.driver import PassResult
 
 CREATED_BY = "unmerge_heads"
 
 ELEMENTWISE = frozenset({"Add", "Sub", "Mul", "Div"})
 
 
-def unmerge_heads(model: Model) -> int:
+def unmerge_heads(model: Model) -> PassResult:
     changes = 0
     for graph, split in live_ops(model, "Reshape"):
         lead = _split_lead(split)
@@ -51,7 +52,7 @@ def unmerge_heads(model: Model) -> int:
             continue
         remove_if_dead(graph, split)
         changes += 1
-    return changes
+    return PassResult(changes)
 
 
 def _split_lead(split: Node):

@@ -43,12 +43,13 @@ from onnxopt.normalize._common import (
     new_node,
     small_constant,
 )
+from onnxopt.rewrite.driver import PassResult
 
 NAME = "where_to_additive"
 THRESHOLD = -1e30
 
 
-def where_to_additive(model: Model) -> int:
+def where_to_additive(model: Model) -> PassResult:
     """Turn Where-selected large negative fills feeding a Softmax into additive masks.
 
     Not exact where ``|x|`` is not negligible against ``c`` (see above): each rewrite is a
@@ -60,7 +61,7 @@ def where_to_additive(model: Model) -> int:
             if is_op(node, "Where") and len(node.inputs) == 3 \
                     and model.exactness.permits(NAME, node):
                 count += _rewrite(graph, node, memo)
-    return count
+    return PassResult(count)
 
 
 def _rewrite(graph: Graph, node: Node, memo: dict[Value, bool]) -> int:

@@ -39,7 +39,7 @@ def test_shift_folded_into_the_bias_is_taken_out(check, scaled, mean_scaled, add
     assert mul.inputs == (sub.output, result.model.graph.inputs[1])
     assert add.inputs[0] is mul.output and add.inputs[1].name == "beta"
     assert add.output.name == "y" and add.created_by == "centered_shift"
-    assert centered_shift(result.model) == 0
+    assert centered_shift(result.model).changed == 0
 
 
 @pytest.mark.parametrize("kwargs", [

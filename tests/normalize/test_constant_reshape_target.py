@@ -9,7 +9,7 @@ from onnxopt.normalize.shapes import infer_shapes
 
 def _with_shapes(model):
     infer_shapes(model)
-    return constant_reshape_target(model)
+    return constant_reshape_target(model).changed
 
 
 # TorchScript's head split: [batch, seq] read from x's shape, then -1 heads of 16.

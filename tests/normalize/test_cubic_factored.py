@@ -44,7 +44,7 @@ def test_linear_coefficient_is_factored_out(check, cube, add_args):
     assert [v.name for v in inner.inputs] == ["x", term.output.name]
     assert outer.inputs[0] is inner.output and outer.inputs[1].name == "k"
     assert outer.output.name == "y" and outer.created_by == "cubic_factored"
-    assert cubic_factored(result.model) == 0
+    assert cubic_factored(result.model).changed == 0
 
 
 def test_cube_read_elsewhere_is_kept(check):

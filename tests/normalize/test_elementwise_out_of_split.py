@@ -37,7 +37,7 @@ def _normalize(model):
     changes = 0
     while True:
         infer_shapes(model)
-        n = elementwise_out_of_split(model) + merge_reshapes(model) + remove_noops(model)
+        n = (elementwise_out_of_split(model) + merge_reshapes(model) + remove_noops(model)).changed
         if not n:
             return changes
         changes += n

@@ -7,7 +7,7 @@ from onnxopt.normalize.scale_through_layout import scale_through_layout
 
 def to_fixed_point(model) -> int:
     total = 0
-    while changed := scale_through_layout(model):
+    while changed := scale_through_layout(model).changed:
         total += changed
     return total
 

@@ -16,7 +16,7 @@ MODELS = os.path.join(os.path.dirname(__file__), "..", "..", "models")
 
 def _shared(model):
     infer_shapes(model)
-    changes = share_equal_shapes(model)
+    changes = share_equal_shapes(model).changed
     eliminate_dead_code(model)
     return changes
 

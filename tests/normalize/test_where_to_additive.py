@@ -20,7 +20,7 @@ def test_masked_fill_before_softmax(check, fill):
     assert mask.inputs[0].name == "M" and float(mask.inputs[1].const.numpy()) == 0.0
     add = result.node("Add")
     assert add.inputs[0].name == "S" and add.inputs[1] is mask.output
-    assert where_to_additive(result.model) == 0
+    assert where_to_additive(result.model).changed == 0
 
 
 def test_through_adds_and_with_the_fill_first(check):
