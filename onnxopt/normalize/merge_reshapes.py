@@ -14,28 +14,36 @@ a head merge) collapses this way.
 from __future__ import annotations
 
 from onnxopt.ir import symdim as sd
-from onnxopt.ir.model import Model
-from onnxopt.normalize._common import is_op, is_private, live_ops
-from onnxopt.rewrite.driver import PassResult
+from onnxopt.ir.graph import Graph
+from onnxopt.match.pattern import Builder, Match, Pat
+from onnxopt.normalize._common import is_private
+from onnxopt.rewrite.pattern import PatternRewrite
 
 
-def merge_reshapes(model: Model) -> PassResult:
-    changes = 0
-    for graph, outer in live_ops(model, "Reshape"):
-        inner_value, target = outer.inputs[0], outer.input(1)
-        inner = inner_value.producer
-        if not is_op(inner, "Reshape") or not is_private(inner_value, outer):
-            continue
-        if target is None or target.const is None:
-            continue
-        dims = target.const.numpy().reshape(-1).tolist()
-        if 0 in dims and not _zeros_copy_the_same(dims, inner_value.shape,
-                                                  inner.inputs[0].shape, outer):
-            continue
-        graph.set_input(outer, 0, inner.inputs[0])
-        graph.remove(inner)
-        changes += 1
-    return PassResult(changes)
+def _two_reshapes(p: Builder) -> Pat:
+    """Reshape(Reshape(x, s1), s2) with s2 a constant (attributes are read by ``_merge``)."""
+    inner = p.Reshape(p.var("x"), p.maybe(p.var("s1")), name="inner", other_inputs=True,
+                      other_attrs=True)
+    return p.Reshape(inner, p.const("target"), name="outer", other_inputs=True,
+                     other_attrs=True)
+
+
+def _merge(graph: Graph, m: Match) -> bool:
+    """The outer Reshape reads ``x`` itself, where the inner result has no other reader and
+    the outer target's zeros copy the same dims from ``x`` (not a pattern's business: use
+    counts and symbolic dims)."""
+    outer, inner = m.outer, m.inner
+    if not is_private(inner.output, outer):
+        return False
+    dims = m.target.const.numpy().reshape(-1).tolist()
+    if 0 in dims and not _zeros_copy_the_same(dims, inner.output.shape, m.x.shape, outer):
+        return False
+    graph.set_input(outer, 0, m.x)
+    graph.remove(inner)
+    return True
+
+
+merge_reshapes = PatternRewrite.of(_two_reshapes, ("Reshape",), _merge)
 
 
 def _zeros_copy_the_same(dims, inner_shape, x_shape, outer) -> bool:

@@ -26,31 +26,66 @@ from __future__ import annotations
 from onnxopt.ir.edit import replace_value
 from onnxopt.ir.exactness import site
 from onnxopt.ir.graph import Graph
-from onnxopt.ir.model import Model
 from onnxopt.ir.node import Node
 from onnxopt.ir.value import Value
-from onnxopt.normalize._common import int_attr, is_op, is_private, new_node
-from onnxopt.rewrite.driver import PassResult
+from onnxopt.match.pattern import Builder, Match, Pat
+from onnxopt.normalize._common import int_attr, is_private, new_node
+from onnxopt.rewrite.pattern import PatternRewrite, in_turn
 
 NAME = "softmax_canonical"
 
 
-def softmax_canonical(model: Model) -> PassResult:
-    """Rewrite decomposed softmaxes into Softmax and mark every Softmax stable.
+def _softmax(p: Builder) -> Pat:
+    """A Softmax not yet marked stable."""
+    return p.Softmax(p.maybe(p.var("x")), name="softmax", sem={"stable": False},
+                     other_inputs=True, other_attrs=True)
 
-    Marking is exact (a note for the patterns); the rewrite is not (ONNX Runtime's Softmax
-    sums and divides in its own order): a site of :mod:`onnxopt.ir.exactness`."""
-    count = 0
-    for graph in model.graph.all_graphs():
-        for node in graph:
-            if is_op(node, "Softmax"):
-                if node.sem.get("stable") is not True:
-                    node.sem["stable"] = True
-                    graph.changed(node)
-                    count += 1
-            elif is_op(node, "Div") and model.exactness.permits(NAME, node):
-                count += _rewrite(graph, node)
-    return PassResult(count)
+
+def _mark(graph: Graph, m: Match) -> bool:
+    """Marking is exact (a note for the patterns)."""
+    m.softmax.sem["stable"] = True
+    graph.changed(m.softmax)
+    return True
+
+
+def _spelled_out(p: Builder) -> Pat:
+    """Div(Exp(v), ReduceSum(Exp(v))), v either Sub(x, ReduceMax(x)) or x itself (the same
+    Exp node on both sides: one pattern node matched twice)."""
+    stable = p.Sub(p.var("x"), p.ReduceMax(p.var("x"), name="rmax", other_inputs=True,
+                                           other_attrs=True), name="sub")
+    exp = p.Exp(p.any(stable, p.var("x")), name="exp", other_inputs=True, other_attrs=True)
+    rsum = p.ReduceSum(exp, name="rsum", other_inputs=True, other_attrs=True)
+    return p.Div(exp, rsum, name="div", commutative=False, other_attrs=True)
+
+
+def _rewrite(graph: Graph, m: Match) -> bool:
+    """What the pattern cannot say: every intermediate private to the softmax (the Exp read
+    by the sum and the division alone), one kept axis that both reductions share."""
+    div, exp, rsum = m.div, m.exp, m.rsum
+    e, s = exp.output, rsum.output
+    if not is_private(s, div) or e.is_graph_output or len(e._uses) != 2:
+        return False
+    rank = e.rank
+    axis = _single_axis(rsum, rank)
+    if axis is None:
+        return False
+    dead = [div, rsum, exp]
+    if m.sub is not None:  # the stable form: every piece must be private to it
+        sub, rmax = m.sub, m.rmax
+        rank = rank if rank is not None else m.x.rank
+        if not is_private(exp.inputs[0], exp) or not is_private(sub.inputs[1], sub):
+            return False
+        if _single_axis(rmax, rank) != _single_axis(rsum, rank):
+            return False
+        axis = _single_axis(rsum, rank)
+        dead += [sub, rmax]
+    return bool(_replace(graph, div, m.x, axis, dead))
+
+
+# Softmaxes marked stable, then decomposed ones rewritten. The rewrite is not exact (ONNX
+# Runtime's Softmax sums and divides in its own order): a site of :mod:`onnxopt.ir.exactness`.
+softmax_canonical = in_turn(PatternRewrite.of(_softmax, ("Softmax",), _mark),
+                            PatternRewrite.of(_spelled_out, ("Div",), _rewrite, permits=NAME))
 
 
 def _single_axis(reduce: Node, rank: int | None) -> int | None:
@@ -65,37 +100,6 @@ def _single_axis(reduce: Node, rank: int | None) -> int | None:
         return None
     axis = axes[0]
     return axis + rank if axis < 0 and rank is not None else axis
-
-
-def _rewrite(graph: Graph, div: Node) -> int:
-    e, s = div.input(0), div.input(1)
-    if e is None or s is None or len(div.inputs) != 2:
-        return 0
-    exp, rsum = e.producer, s.producer
-    if not is_op(exp, "Exp") or not is_op(rsum, "ReduceSum") or rsum.input(0) is not e:
-        return 0
-    if not is_private(s, div) or e.is_graph_output or len(e._uses) != 2:
-        return 0
-    rank = e.rank
-    axis = _single_axis(rsum, rank)
-    if axis is None:
-        return 0
-    dead = [div, rsum, exp]
-    x = exp.inputs[0]
-    sub = x.producer
-    if is_op(sub, "Sub") and is_op(sub.input(1).producer if sub.input(1) else None, "ReduceMax") \
-            and sub.input(1).producer.input(0) is sub.input(0):
-        # the stable form: every piece must be private to it
-        rmax = sub.inputs[1].producer
-        x = sub.inputs[0]
-        rank = rank if rank is not None else x.rank
-        if not is_private(exp.inputs[0], exp) or not is_private(sub.inputs[1], sub):
-            return 0
-        if _single_axis(rmax, rank) != _single_axis(rsum, rank):
-            return 0
-        axis = _single_axis(rsum, rank)
-        dead += [sub, rmax]
-    return _replace(graph, div, x, axis, dead)
 
 
 def _replace(graph: Graph, div: Node, x: Value, axis: int, dead: list[Node]) -> int:
