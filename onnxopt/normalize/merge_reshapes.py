@@ -17,7 +17,7 @@ from onnxopt.ir import symdim as sd
 from onnxopt.ir.graph import Graph
 from onnxopt.match.pattern import Builder, Match, Pat
 from onnxopt.normalize._common import is_private
-from onnxopt.rewrite.pattern import PatternRewrite
+from onnxopt.rewrite.pattern import PatternRewrite, case
 
 
 def _two_reshapes(p: Builder) -> Pat:
@@ -43,7 +43,7 @@ def _merge(graph: Graph, m: Match) -> bool:
     return True
 
 
-merge_reshapes = PatternRewrite.of(_two_reshapes, ("Reshape",), _merge)
+merge_reshapes = PatternRewrite.of(case(_two_reshapes, ("Reshape",), _merge))
 
 
 def _zeros_copy_the_same(dims, inner_shape, x_shape, outer) -> bool:

@@ -30,7 +30,7 @@ from onnxopt.ir.node import Node
 from onnxopt.ir.value import Value
 from onnxopt.match.pattern import Builder, Match, Pat
 from onnxopt.normalize._common import int_attr, is_private, new_node
-from onnxopt.rewrite.pattern import PatternRewrite, in_turn
+from onnxopt.rewrite.pattern import PatternRewrite, case
 
 NAME = "softmax_canonical"
 
@@ -82,10 +82,10 @@ def _rewrite(graph: Graph, m: Match) -> bool:
     return bool(_replace(graph, div, m.x, axis, dead))
 
 
-# Softmaxes marked stable, then decomposed ones rewritten. The rewrite is not exact (ONNX
-# Runtime's Softmax sums and divides in its own order): a site of :mod:`onnxopt.ir.exactness`.
-softmax_canonical = in_turn(PatternRewrite.of(_softmax, ("Softmax",), _mark),
-                            PatternRewrite.of(_spelled_out, ("Div",), _rewrite, permits=NAME))
+# Softmaxes marked stable and decomposed ones rewritten, in one walk. The rewrite is not exact
+# (ONNX Runtime's Softmax sums and divides in its own order): a site of onnxopt.ir.exactness.
+softmax_canonical = PatternRewrite.of(case(_softmax, ("Softmax",), _mark),
+                                      case(_spelled_out, ("Div",), _rewrite, permits=NAME))
 
 
 def _single_axis(reduce: Node, rank: int | None) -> int | None:

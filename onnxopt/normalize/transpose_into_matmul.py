@@ -27,34 +27,43 @@ last two axes, so the exported model computes the same function.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from onnxopt.ir.edit import remove_if_dead, replace_value
 from onnxopt.ir.graph import Graph
-from onnxopt.ir.model import Model
 from onnxopt.ir.node import Node
 from onnxopt.ir.semantics import annotate
 from onnxopt.ir.value import Value
+from onnxopt.match.pattern import Builder, Match, Pat
 from onnxopt.normalize._common import (
     ints_attr,
-    is_op,
     is_private,
     new_node,
 )
-from onnxopt.rewrite.driver import PassResult
+from onnxopt.rewrite.pattern import PatternRewrite, case
 
 NAME = "transpose_into_matmul"
 _FLAGS = ("transpose_a", "transpose_b")
 
 
-def transpose_into_matmul(model: Model) -> PassResult:
-    """Absorb operand Transposes into MatMul flags and merge Transpose chains."""
-    count = 0
-    for graph in model.graph.all_graphs():
-        for node in graph:
-            if is_op(node, "Transpose"):
-                count += _merge(graph, node)
-            elif is_op(node, "MatMul") and len(node.inputs) == 2:
-                count += sum(_absorb(graph, node, i) for i in (0, 1))
-    return PassResult(count)
+def _chain(p: Builder) -> Pat:
+    """Transpose(Transpose(x))."""
+    inner = p.Transpose(p.var("x"), name="inner", other_inputs=True, other_attrs=True)
+    return p.Transpose(inner, name="outer", other_inputs=True, other_attrs=True)
+
+
+def _operand(i: int) -> Callable[[Builder], Pat]:
+    """MatMul whose operand ``i`` is a Transpose (the other any value, or none)."""
+    def build(p: Builder) -> Pat:
+        t = p.Transpose(p.var("x"), name="t", other_inputs=True, other_attrs=True)
+        other = p.var("other")
+        return p.MatMul(*((t, other) if i == 0 else (other, t)), name="mm", commutative=False,
+                        other_attrs=True)
+    return build
+
+
+def _absorb_operand(i: int) -> Callable[[Graph, Match], bool]:
+    return lambda graph, m: _absorb(graph, m, i)
 
 
 def _perm(node: Node) -> list[int] | None:
@@ -68,46 +77,42 @@ def _permuted(shape, perm: list[int]):
     return tuple(shape[p] for p in perm)
 
 
-def _merge(graph: Graph, node: Node) -> int:
-    """Transpose(Transpose(x, p1), p2) -> Transpose(x, p1∘p2)."""
-    v = node.inputs[0]
-    inner = v.producer if v is not None else None
-    if not is_op(inner, "Transpose") or not is_private(v, node):
-        return 0
+def _merge(graph: Graph, m: Match) -> bool:
+    """Transpose(Transpose(x, p1), p2) -> Transpose(x, p1∘p2), where the inner result has no
+    other reader (a use count: not the pattern's to say)."""
+    node, inner, x = m.outer, m.inner, m.x
+    if not is_private(inner.output, node):
+        return False
     p1, p2 = _perm(inner), _perm(node)
     if p1 is None or p2 is None or len(p1) != len(p2):
-        return 0
-    x = inner.inputs[0]
+        return False
     combined = [p1[i] for i in p2]
     if combined == list(range(len(combined))):
         if not replace_value(graph, node.output, x):
-            return 0
+            return False
         remove_if_dead(graph, node, inner)
-        return 1
+        return True
     graph.set_input(node, 0, x)
     node.attrs["perm"] = ints_attr(combined)
     annotate(node)
     graph.changed(node)
     remove_if_dead(graph, inner)
-    return 1
+    return True
 
 
-def _absorb(graph: Graph, node: Node, i: int) -> int:
+def _absorb(graph: Graph, m: Match, i: int) -> bool:
     """MatMul operand ``i`` = Transpose(X, perm) with perm swapping the last two axes of q."""
-    t_out = node.inputs[i]
-    t = t_out.producer if t_out is not None else None
-    if not is_op(t, "Transpose"):
-        return 0
+    node, t, x = m.mm, m.t, m.x
+    t_out = t.output
     perm = _perm(t)
     if perm is None or len(perm) < 2:
-        return 0
+        return False
     q = perm[:-2] + [perm[-1], perm[-2]]
-    x = t.inputs[0]
     flag = bool(node.sem.get(_FLAGS[i]))
     if q == list(range(len(q))):
         operand = x
         if not _has_rank(x, len(q), t_out, perm):
-            return 0
+            return False
     elif not flag and q[-1] == len(q) - 1 and is_private(t_out, node):
         # only when X's innermost axis stays innermost: [B,S,H,D] -[0,2,3,1]-> K^T becomes
         # K = [B,H,S,D] <transpose_b>, while V = [B,H,S,D] from perm [0,2,1,3] stays as it is
@@ -115,14 +120,14 @@ def _absorb(graph: Graph, node: Node, i: int) -> int:
                       attrs={"perm": ints_attr(q)}, dtype=x.dtype, shape=_permuted(x.shape, q))
         operand = tq.output
     else:
-        return 0  # would trade one Transpose for another
+        return False  # would trade one Transpose for another
     graph.set_input(node, i, operand)
     node.sem[_FLAGS[i]] = not flag
     node.sem[f"{_FLAGS[i]}_rank"] = len(q)  # what the exporter's Transpose swaps, kept here
     annotate(node)
     graph.changed(node)
     remove_if_dead(graph, t)
-    return 1
+    return True
 
 
 def _has_rank(x: Value, rank: int, t_out: Value, perm: list[int]) -> bool:
@@ -139,3 +144,11 @@ def _has_rank(x: Value, rank: int, t_out: Value, perm: list[int]) -> bool:
     else:
         x.shape = (None,) * rank
     return True
+
+
+# Absorb operand Transposes into MatMul flags and merge Transpose chains, in one walk (a
+# MatMul takes both of its operands' Transposes in turn).
+transpose_into_matmul = PatternRewrite.of(
+    case(_chain, ("Transpose",), _merge),
+    case(_operand(0), ("MatMul",), _absorb_operand(0)),
+    case(_operand(1), ("MatMul",), _absorb_operand(1)))

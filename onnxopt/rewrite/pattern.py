@@ -23,7 +23,7 @@ from onnxopt.rewrite.driver import PassResult
 
 
 @dataclass(frozen=True)
-class PatternRewrite:
+class Case:
     """Where ``pattern`` matches at a standard-domain node of one of ``roots``, ``apply``.
     ``permits``: the exactness site name (:mod:`onnxopt.ir.exactness`) whose permission the
     root needs first, for a rewrite that is not bit-exact."""
@@ -37,33 +37,42 @@ class PatternRewrite:
     def __post_init__(self) -> None:
         object.__setattr__(self, "names", pattern_names(self.pattern))
 
+
+def case(build: Callable[[Builder], Pat], roots: tuple[str, ...],
+         apply: Callable[[Graph, Match], bool], *, permits: str | None = None) -> Case:
+    """The case of the pattern ``build(p)`` builds."""
+    return Case(build(Builder()), roots, apply, permits)
+
+
+@dataclass(frozen=True)
+class PatternRewrite:
+    """A normal form: its cases, tried in one walk. At each node every case whose roots
+    include its op is tried in turn (while the node is still there), so a node that two
+    cases rewrite (a MatMul absorbing a Transpose on either side) takes both in one walk."""
+
+    cases: tuple[Case, ...]
+
     @classmethod
-    def of(cls, build: Callable[[Builder], Pat], roots: tuple[str, ...],
-           apply: Callable[[Graph, Match], bool], *, permits: str | None = None
-           ) -> PatternRewrite:
-        """The rewrite of the pattern ``build(p)`` builds."""
-        return cls(build(Builder()), roots, apply, permits)
+    def of(cls, *cases: Case) -> PatternRewrite:
+        return cls(cases)
 
     def __call__(self, model: Model) -> PassResult:
+        by_op: dict[str, list[Case]] = {}
+        for c in self.cases:
+            for op in c.roots:
+                by_op.setdefault(op, []).append(c)
         changed = 0
         for graph in model.graph.all_graphs():
             for node in list(graph):
-                if (node.graph is not graph or node.op_type not in self.roots
-                        or node.domain not in STANDARD_DOMAINS):
+                cases = by_op.get(node.op_type)
+                if cases is None or node.graph is not graph or node.domain not in STANDARD_DOMAINS:
                     continue
-                if self.permits is not None and not model.exactness.permits(self.permits, node):
-                    continue
-                m = match_pattern(self.pattern, node, Trace(), self.names)
-                if m is not None and self.apply(graph, m):
-                    changed += 1
+                for c in cases:
+                    if node.graph is not graph:
+                        break
+                    if c.permits is not None and not model.exactness.permits(c.permits, node):
+                        continue
+                    m = match_pattern(c.pattern, node, Trace(), c.names)
+                    if m is not None and c.apply(graph, m):
+                        changed += 1
         return PassResult(changed)
-
-
-def in_turn(*rewrites: Callable[[Model], PassResult]) -> Callable[[Model], PassResult]:
-    """One pass made of several rewrites, each over the whole model in turn."""
-    def run(model: Model) -> PassResult:
-        total = PassResult()
-        for rewrite in rewrites:
-            total = total + rewrite(model)
-        return total
-    return run
