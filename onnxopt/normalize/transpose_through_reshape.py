@@ -18,38 +18,47 @@ from __future__ import annotations
 
 from onnxopt.ir import symdim as sd
 from onnxopt.ir.edit import remove_if_dead, replace_value
-from onnxopt.ir.model import Model
+from onnxopt.ir.graph import Graph
 from onnxopt.ir.semantics import annotate
-from onnxopt.normalize._common import ints_attr, is_op, live_ops
+from onnxopt.match.pattern import Builder, Match, Pat
+from onnxopt.normalize._common import ints_attr
 from onnxopt.normalize.shape_of_transpose import read_before_transpose
-from onnxopt.rewrite.driver import PassResult
+from onnxopt.rewrite.pattern import PatternRewrite, case
 
 
-def transpose_through_reshape(model: Model) -> PassResult:
-    changes = 0
-    for graph, outer in live_ops(model, "Reshape"):
-        t = outer.inputs[0].producer
-        if not is_op(t, "Transpose") or not _read_for_data_by(t.output, outer):
-            continue
-        inner = t.inputs[0].producer
-        if not is_op(inner, "Reshape") or not _read_for_data_by(inner.output, t):
-            continue
-        perm = _fused_perm(inner.inputs[0].shape, inner.output.shape, t.attr("perm"),
-                           outer.output.shape, _target(inner), _target(outer))
-        if perm is None or not _sizes_read_elsewhere(graph, t):
-            continue
-        node = graph.make_node("Transpose", [inner.inputs[0]], before=outer,
-                               attrs={"perm": ints_attr(perm)},
-                               created_by="transpose_through_reshape")
-        node.output.dtype, node.output.shape = outer.output.dtype, outer.output.shape
-        annotate(node)
-        if not replace_value(graph, outer.output, node.output):
-            graph.remove(node)
-            continue
-        graph.remove([outer, t])
-        remove_if_dead(graph, inner)  # kept where a Shape still reads it (a free view in ORT)
-        changes += 1
-    return PassResult(changes)
+def _reshape_transpose_reshape(p: Builder) -> Pat:
+    """Reshape(Transpose(Reshape(x, s1), perm), s2) (targets and perm read by the rewrite)."""
+    inner = p.Reshape(p.var("x"), p.maybe(p.var("s1")), name="inner", other_inputs=True,
+                      other_attrs=True)
+    t = p.Transpose(inner, name="t", other_inputs=True, other_attrs=True)
+    return p.Reshape(t, p.maybe(p.var("s2")), name="outer", other_inputs=True,
+                     other_attrs=True)
+
+
+def _one_transpose(graph: Graph, m: Match) -> bool:
+    """What the pattern cannot say: each view read for its data by the next alone (use
+    counts), and the symbolic-shape proof that the chain is one transpose of ``x``."""
+    outer, t, inner = m.outer, m.t, m.inner
+    if not _read_for_data_by(t.output, outer) or not _read_for_data_by(inner.output, t):
+        return False
+    perm = _fused_perm(m.x.shape, inner.output.shape, t.attr("perm"),
+                       outer.output.shape, _target(inner), _target(outer))
+    if perm is None or not _sizes_read_elsewhere(graph, t):
+        return False
+    node = graph.make_node("Transpose", [m.x], before=outer, attrs={"perm": ints_attr(perm)},
+                           created_by="transpose_through_reshape")
+    node.output.dtype, node.output.shape = outer.output.dtype, outer.output.shape
+    annotate(node)
+    if not replace_value(graph, outer.output, node.output):
+        graph.remove(node)
+        return False
+    graph.remove([outer, t])
+    remove_if_dead(graph, inner)  # kept where a Shape still reads it (a free view in ORT)
+    return True
+
+
+transpose_through_reshape = PatternRewrite.of(
+    case(_reshape_transpose_reshape, ("Reshape",), _one_transpose))
 
 
 def _sizes_read_elsewhere(graph, t) -> bool:
