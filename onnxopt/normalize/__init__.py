@@ -1,7 +1,10 @@
 """Stage 2: same meaning → same form.
 
-One canonicalisation pass per file; :func:`run` applies them in order, repeated
-to a fixed point (bounded), and returns how often each pass changed the graph.
+One canonicalisation pass per file; :func:`run` applies them in order through the rewrite
+driver (:mod:`onnxopt.rewrite.driver`: each pass again only after an edit, until none),
+and returns how often each pass changed the graph. Passes said in the pattern language are
+:class:`onnxopt.rewrite.pattern.PatternRewrite` s; the others walk the graph by hand, each
+with a comment saying why a pattern cannot say it.
 """
 
 from __future__ import annotations

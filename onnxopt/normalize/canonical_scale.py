@@ -41,6 +41,8 @@ from onnxopt.rewrite.driver import PassResult
 NAME = "canonical_scale"
 
 
+# A hand walk, not a pattern (onnxopt.rewrite.pattern): scales gathered along chains of Mul/Div of
+# any length on either MatMul side: patterns have a fixed depth.
 def canonical_scale(model: Model) -> PassResult:
     """Move float scalar scales onto one Mul after each MatMul; return the number of rewrites.
 

@@ -36,6 +36,9 @@ from onnxopt.rewrite.driver import PassResult
 NAME = "centered_shift"
 
 
+# A hand walk, not a pattern (onnxopt.rewrite.pattern): not yet ported: its operand orders are
+# tried with conditions between them (dtypes, privacy) that a first-match pattern would not retry,
+# so outputs could change.
 def centered_shift(model: Model) -> PassResult:
     """Rewrite ``x·s + (β − mean(x)·s)`` into ``(x − mean(x))·s + β``; return how many."""
     return PassResult(sum(_rewrite(graph, node) for graph, node in live_ops(model, "Add")

@@ -43,6 +43,9 @@ from onnxopt.rewrite.driver import PassResult
 NAME = "centered_variance"
 
 
+# A hand walk, not a pattern (onnxopt.rewrite.pattern): not yet ported: its operand orders are
+# tried with conditions between them (dtypes, privacy) that a first-match pattern would not retry,
+# so outputs could change.
 def centered_variance(model: Model) -> PassResult:
     """Rewrite clamped one-pass variances into means of centred squares; return how many."""
     return PassResult(sum(_rewrite(graph, node) for graph, node in live_ops(model, "Max")

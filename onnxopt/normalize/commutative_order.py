@@ -17,6 +17,8 @@ from onnxopt.ir.semantics import COMMUTATIVE, STANDARD_DOMAINS
 from onnxopt.rewrite.driver import PassResult
 
 
+# A hand walk, not a pattern (onnxopt.rewrite.pattern): one node's operand order for every
+# commutative op: nothing below the root to match.
 def commutative_order(model: Model) -> PassResult:
     """Put constant operands of commutative ops last; return how many nodes changed."""
     count = 0

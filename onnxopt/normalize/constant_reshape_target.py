@@ -28,6 +28,8 @@ from onnxopt.normalize._common import live_ops
 from onnxopt.rewrite.driver import PassResult
 
 
+# A hand walk, not a pattern (onnxopt.rewrite.pattern): one Reshape and the symbolic contents
+# shape inference gave its target: no producer tree.
 def constant_reshape_target(model: Model) -> PassResult:
     changes = 0
     for graph, node in live_ops(model, "Reshape"):

@@ -45,6 +45,9 @@ from onnxopt.rewrite.driver import PassResult
 NAME = "cubic_factored"
 
 
+# A hand walk, not a pattern (onnxopt.rewrite.pattern): not yet ported: the cube's three spellings
+# are searched with the scalar on either side, conditions between them that a first-match pattern
+# would not retry.
 def cubic_factored(model: Model) -> PassResult:
     """Factor the linear coefficient out of ``c1·x + c2·x³``; return how many were rewritten."""
     return PassResult(sum(_rewrite(graph, node) for graph, node in live_ops(model, "Add")

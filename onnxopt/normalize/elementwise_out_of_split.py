@@ -45,6 +45,8 @@ NAME = "elementwise_out_of_split"
 OPS = ("Add", "Mul")
 
 
+# A hand walk, not a pattern (onnxopt.rewrite.pattern): not yet ported, for lack of time: a
+# pattern could say Reshape(Add|Mul(x, constant)), with the symbolic-shape proof in its rewrite.
 def elementwise_out_of_split(model: Model) -> PassResult:
     changes = 0
     for graph, merge in live_ops(model, "Reshape"):

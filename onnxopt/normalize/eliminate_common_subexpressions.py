@@ -35,6 +35,8 @@ _RANDOM = frozenset({"RandomNormal", "RandomNormalLike", "RandomUniform", "Rando
                      "Multinomial", "Bernoulli", "Dropout"})
 
 
+# A hand walk, not a pattern (onnxopt.rewrite.pattern): equal nodes anywhere in a graph (a table
+# over the walk): not a tree below one root.
 def eliminate_common_subexpressions(model: Model) -> PassResult:
     """Merge equal small constants, then equal nodes; return how many were merged."""
     count = 0

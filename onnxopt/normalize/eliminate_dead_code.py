@@ -20,6 +20,8 @@ from onnxopt.ir.model import Model
 from onnxopt.rewrite.driver import PassResult
 
 
+# A hand walk, not a pattern (onnxopt.rewrite.pattern): use counts over the whole graph in one
+# reverse walk: what nobody reads is not a pattern.
 def eliminate_dead_code(model: Model) -> PassResult:
     """Remove unread nodes and constants in every graph; return how many were removed."""
     return PassResult(_graph(model.graph))

@@ -80,6 +80,8 @@ EXACT_FLOAT_FOLDS = frozenset({
 })
 
 
+# A hand walk, not a pattern (onnxopt.rewrite.pattern): any node whose inputs are all constants,
+# evaluated: a fact of values, not a shape of producers.
 def fold_constants(model: Model) -> PassResult:
     """Replace constant-input nodes (and Shape/Size of static shapes) by constants."""
     count = 0

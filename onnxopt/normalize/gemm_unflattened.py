@@ -31,6 +31,8 @@ from onnxopt.rewrite.driver import PassResult
 NAME = "gemm_unflattened"
 
 
+# A hand walk, not a pattern (onnxopt.rewrite.pattern): not yet ported, for lack of time: a
+# pattern could say the Reshape-Gemm-Reshape chain, with the symbolic-shape proof in its rewrite.
 def gemm_unflattened(model: Model) -> PassResult:
     count = 0
     for graph in model.graph.all_graphs():

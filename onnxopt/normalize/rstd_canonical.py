@@ -40,6 +40,9 @@ from onnxopt.rewrite.driver import PassResult
 NAME = "rstd_canonical"
 
 
+# A hand walk, not a pattern (onnxopt.rewrite.pattern): not yet ported: its operand orders are
+# tried with conditions between them (dtypes, privacy) that a first-match pattern would not retry,
+# so outputs could change.
 def rstd_canonical(model: Model) -> PassResult:
     """Spell reciprocal square roots as Reciprocal and apply them before the weight."""
     count = 0

@@ -35,6 +35,8 @@ NAME = "scale_through_layout"
 LAYOUT_OPS = ("Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten")
 
 
+# A hand walk, not a pattern (onnxopt.rewrite.pattern): a scale moved through a chain of layout
+# ops of any length: patterns have a fixed depth.
 def scale_through_layout(model: Model) -> PassResult:
     changes = 0
     for graph, mul in live_ops(model, "Mul"):

@@ -32,6 +32,8 @@ from onnxopt.rewrite.driver import PassResult
 MAX_SYM_ELEMENTS = 16
 
 
+# A hand walk, not a pattern (onnxopt.rewrite.pattern): one forward walk computing facts for every
+# value (shapes, contents): whole-graph facts, not a form rooted at a node.
 def infer_shapes(model: Model) -> PassResult:
     """Propagate shapes and small-integer contents; fold fully known ones. Returns the folds
     made. A node whose shape, dtype or contents changed without a fold is said to the rewrite

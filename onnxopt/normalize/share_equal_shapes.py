@@ -31,6 +31,8 @@ from onnxopt.rewrite.driver import PassResult
 _INTEGER_TYPES = frozenset({"int64", "int32"})
 
 
+# A hand walk, not a pattern (onnxopt.rewrite.pattern): equal contents anywhere in a graph (a
+# table over the walk): not a tree below one root.
 def share_equal_shapes(model: Model) -> PassResult:
     """Make every reader of a provably repeated integer value read its first computation."""
     shared = 0

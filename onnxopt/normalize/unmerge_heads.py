@@ -37,6 +37,8 @@ CREATED_BY = "unmerge_heads"
 ELEMENTWISE = frozenset({"Add", "Sub", "Mul", "Div"})
 
 
+# A hand walk, not a pattern (onnxopt.rewrite.pattern): a computation of any size between a merge
+# and a split (MatMuls and elementwise ops), walked to its edges: patterns have a fixed shape.
 def unmerge_heads(model: Model) -> PassResult:
     changes = 0
     for graph, split in live_ops(model, "Reshape"):

@@ -49,6 +49,8 @@ NAME = "where_to_additive"
 THRESHOLD = -1e30
 
 
+# A hand walk, not a pattern (onnxopt.rewrite.pattern): whether a Where reaches only Softmax
+# inputs is a walk over its readers, memoized across the pass: patterns read producers.
 def where_to_additive(model: Model) -> PassResult:
     """Turn Where-selected large negative fills feeding a Softmax into additive masks.
 
