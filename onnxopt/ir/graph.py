@@ -32,8 +32,9 @@ class EditListener:
     def node_inserted(self, node: Node) -> None:
         """``node`` was placed in a graph (made, or moved)."""
 
-    def node_removed(self, node: Node) -> None:
-        """``node`` left its graph (its inputs already released)."""
+    def node_removed(self, node: Node, inputs: list[Value]) -> None:
+        """``node`` left its graph; it read ``inputs`` (released now: each has a reader
+        fewer)."""
 
     def input_changed(self, node: Node, old: Value | None, new: Value | None) -> None:
         """``node`` reads ``new`` where it read ``old``."""
@@ -357,6 +358,7 @@ class Graph:
                             raise ValueError(
                                 f"cannot remove {node.name}: {out.name} is still read by {user.name}")
         for node in batch:
+            read = [v for v in node._inputs if v is not None] if self.names.listeners else []
             for i, v in enumerate(node._inputs):
                 if v is not None:
                     _drop_use(v, node, i)
@@ -369,7 +371,7 @@ class Graph:
             node.graph = None
             if self.names.listeners:
                 for listener in self.names.listeners:
-                    listener.node_removed(node)
+                    listener.node_removed(node, read)
 
     def _unlink(self, node: Node) -> None:
         if node.graph is not self:

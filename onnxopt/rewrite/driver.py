@@ -17,6 +17,7 @@ internal check that says so, naming them, instead of hanging the tool.
 
 from __future__ import annotations
 
+import contextlib
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
@@ -46,6 +47,8 @@ class PassResult:
 NO_CHANGE = PassResult()
 
 Rewrite = Callable[[Model], PassResult]
+"""A whole-graph rewrite. One with ``incremental = True`` also takes ``around``: the nodes
+edits touched since it last began (:class:`TouchLog`), ``None`` the first time (all)."""
 
 # Sweeps over the rewrite list that made edits, past which the rewrites are taken not to
 # settle. Shipped models settle in at most 4; a rewrite that undoes another's work would go on
@@ -69,7 +72,7 @@ class EditLog(EditListener):
     def node_inserted(self, node: Node) -> None:
         self.edits += 1
 
-    def node_removed(self, node: Node) -> None:
+    def node_removed(self, node: Node, inputs: list[Value]) -> None:
         self.edits += 1
 
     def input_changed(self, node: Node, old: Value | None, new: Value | None) -> None:
@@ -83,6 +86,45 @@ class EditLog(EditListener):
 
     def node_changed(self, node: Node) -> None:
         self.edits += 1
+
+
+class TouchLog(EditListener):
+    """The nodes edits touched: the node edited, and the producers of the values that gained
+    or lost a reader (their use counts changed). An incremental rewrite looks again only
+    around these (:class:`onnxopt.rewrite.pattern.PatternRewrite`)."""
+
+    def __init__(self) -> None:
+        self.nodes: dict[int, Node] = {}
+
+    def take(self) -> dict[int, Node]:
+        """What was touched since the last take, and start afresh."""
+        nodes, self.nodes = self.nodes, {}
+        return nodes
+
+    def _value(self, value: Value | None) -> None:
+        if value is not None and value.producer is not None:
+            self.nodes[id(value.producer)] = value.producer
+
+    def node_inserted(self, node: Node) -> None:
+        self.nodes[id(node)] = node
+
+    def node_removed(self, node: Node, inputs: list[Value]) -> None:
+        for v in inputs:
+            self._value(v)
+
+    def input_changed(self, node: Node, old: Value | None, new: Value | None) -> None:
+        self.nodes[id(node)] = node
+        self._value(old)
+        self._value(new)
+
+    def uses_replaced(self, old: Value, new: Value, readers: list[Node]) -> None:
+        for node in readers:
+            self.nodes[id(node)] = node
+        self._value(old)
+        self._value(new)
+
+    def node_changed(self, node: Node) -> None:
+        self.nodes[id(node)] = node
 
 
 class listening:
@@ -108,15 +150,26 @@ def run_to_fixed_point(model: Model, rewrites: list[tuple[str, Rewrite]], *,
     log = EditLog()
     began_at: dict[str, int] = dict.fromkeys((name for name, _ in rewrites), -1)
     totals: dict[str, int] = dict.fromkeys(began_at, 0)
+    # An incremental rewrite's touches: what edits reached since it last began.
+    touches = {name: TouchLog() for name, rewrite in rewrites
+               if getattr(rewrite, "incremental", False)}
     sweeps = 0
-    with listening(model.graph.names, log):
+    scope = model.graph.names
+    with listening(scope, log), contextlib.ExitStack() as stack:
+        for touch in touches.values():
+            stack.enter_context(listening(scope, touch))
         while True:
             ran: list[str] = []
             for name, rewrite in rewrites:
                 if began_at[name] == log.edits:
                     continue  # nothing was edited since it last looked: it would find nothing
+                first = began_at[name] < 0
                 began_at[name] = start = log.edits
-                result = rewrite(model)
+                if name in touches:
+                    around = touches[name].take()
+                    result = rewrite(model, around=None if first else around)
+                else:
+                    result = rewrite(model)
                 totals[name] += result.changed
                 if log.edits != start:
                     ran.append(name)
@@ -132,7 +185,20 @@ def run_to_fixed_point(model: Model, rewrites: list[tuple[str, Rewrite]], *,
             if sweeps > SWEEP_LIMIT:
                 raise RewriteLoop(f"rewrites did not settle after {SWEEP_LIMIT} sweeps; still "
                                   f"editing: {', '.join(ran)} (a pair that undoes each other?)")
+    if debug:
+        _check_settled(model, rewrites, touches)
     return {name: PassResult(n) for name, n in totals.items() if n}
+
+
+def _check_settled(model: Model, rewrites: list[tuple[str, Rewrite]], touches) -> None:
+    """Under ``debug``: an incremental rewrite walked over the whole graph finds nothing
+    more — its edits led it to every node where it could still match."""
+    for name, rewrite in rewrites:
+        if name in touches:
+            missed = rewrite(model, around=None).changed
+            if missed:
+                raise AssertionError(f"rewrite {name} missed {missed} match(es) that no edit "
+                                     "it heard of led it back to")
 
 
 class NodeWorklist(EditListener):

@@ -13,13 +13,24 @@ the fusion rules' ``legal`` does.
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 from onnxopt.ir.graph import Graph
 from onnxopt.ir.model import Model
-from onnxopt.ir.node import STANDARD_DOMAINS
-from onnxopt.match.pattern import Builder, Match, Pat, Trace, match_pattern, pattern_names
-from onnxopt.rewrite.driver import PassResult
+from onnxopt.ir.node import STANDARD_DOMAINS, Node
+from onnxopt.match.pattern import (
+    AnyOf,
+    Builder,
+    Match,
+    Op,
+    Pat,
+    Trace,
+    match_pattern,
+    pattern_names,
+)
+from onnxopt.rewrite.driver import PassResult, TouchLog, listening
 
 
 @dataclass(frozen=True)
@@ -33,9 +44,11 @@ class Case:
     apply: Callable[[Graph, Match], bool]
     permits: str | None = None
     names: frozenset[str] = field(init=False)
+    depth: int = field(init=False)  # how many producers deep the pattern reads
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "names", pattern_names(self.pattern))
+        object.__setattr__(self, "depth", _depth(self.pattern))
 
 
 def case(build: Callable[[Builder], Pat], roots: tuple[str, ...],
@@ -51,28 +64,75 @@ class PatternRewrite:
     cases rewrite (a MatMul absorbing a Transpose on either side) takes both in one walk."""
 
     cases: tuple[Case, ...]
+    # The driver gives it the nodes edits touched since it last began (``around``).
+    incremental: ClassVar[bool] = True
 
     @classmethod
     def of(cls, *cases: Case) -> PatternRewrite:
         return cls(cases)
 
-    def __call__(self, model: Model) -> PassResult:
+    def __call__(self, model: Model, around: dict[int, Node] | None = None) -> PassResult:
+        """One walk. With ``around`` (the nodes edits touched since this rewrite last began)
+        a node is tried only where it lies within reach below one of them, or below what
+        the walk's own edits touch: elsewhere nothing a match reads has changed since it
+        last failed there (a match reads the pattern's nodes, their use counts, and the
+        facts of the values at its leaves, whose producers are one step further)."""
         by_op: dict[str, list[Case]] = {}
         for c in self.cases:
             for op in c.roots:
                 by_op.setdefault(op, []).append(c)
+        reach = 1 + max(c.depth for c in self.cases)
+        near: dict[int, int] | None = None
+        touch = None
+        if around is not None:
+            near = {}
+            for node in around.values():
+                _spread(node, reach, near)
+            touch = TouchLog()
         changed = 0
-        for graph in model.graph.all_graphs():
-            for node in list(graph):
-                cases = by_op.get(node.op_type)
-                if cases is None or node.graph is not graph or node.domain not in STANDARD_DOMAINS:
-                    continue
-                for c in cases:
-                    if node.graph is not graph:
-                        break
-                    if c.permits is not None and not model.exactness.permits(c.permits, node):
+        with listening(model.graph.names, touch) if touch is not None else nullcontext():
+            for graph in model.graph.all_graphs():
+                for node in list(graph):
+                    cases = by_op.get(node.op_type)
+                    if (cases is None or node.graph is not graph
+                            or node.domain not in STANDARD_DOMAINS
+                            or (near is not None and id(node) not in near)):
                         continue
-                    m = match_pattern(c.pattern, node, Trace(), c.names)
-                    if m is not None and c.apply(graph, m):
-                        changed += 1
+                    for c in cases:
+                        if node.graph is not graph:
+                            break
+                        if c.permits is not None and not model.exactness.permits(c.permits,
+                                                                                 node):
+                            continue
+                        m = match_pattern(c.pattern, node, Trace(), c.names)
+                        if m is not None and c.apply(graph, m):
+                            changed += 1
+                        if touch is not None and touch.nodes:
+                            for touched in touch.take().values():
+                                _spread(touched, reach, near)
         return PassResult(changed)
+
+
+def _depth(pat: Pat) -> int:
+    """How many producers deep ``pat`` reads from its root (a lone node: 1)."""
+    if isinstance(pat, Op):
+        return 1 + max((_depth(p) for p in pat.inputs), default=0)
+    if isinstance(pat, AnyOf):
+        return max((_depth(p) for p in pat.alternatives), default=0)
+    return 0
+
+
+def _spread(start: Node, reach: int, near: dict[int, int]) -> None:
+    """Mark ``start`` and its readers, their readers, … ``reach`` steps down (``near``: node
+    id -> the steps left when it was marked, so a node is walked on again only with more)."""
+    frontier = [start]
+    for budget in range(reach, -1, -1):
+        below: list[Node] = []
+        for node in frontier:
+            if near.get(id(node), -1) >= budget:
+                continue
+            near[id(node)] = budget
+            if budget:
+                for out in node.outputs:
+                    below.extend(reader for reader, _ in out._uses)
+        frontier = below

@@ -26,7 +26,7 @@ class Recorder(EditListener):
     def node_inserted(self, node):
         self.heard.append(("inserted", node.op_type))
 
-    def node_removed(self, node):
+    def node_removed(self, node, inputs):
         self.heard.append(("removed", node.op_type))
 
     def input_changed(self, node, old, new):

@@ -55,3 +55,36 @@ def test_a_permitted_rewrite_is_made(make_model):
     model = import_model(make_model(NEGS))
     rewrite = PatternRewrite.of(case(_double("Neg"), ("Neg",), _drop_neg, permits="drop"))
     assert run_to_fixed_point(model, [("drop", rewrite)]) == {"drop": PassResult(1)}
+
+
+def test_with_nothing_touched_nothing_is_tried_and_an_edit_leads_back(make_model):
+    model = import_model(make_model(NEGS))
+    tried = []
+
+    def counting(graph, m):
+        tried.append(m.outer.name)
+        return False
+
+    rewrite = PatternRewrite.of(case(_double("Neg"), ("Neg",), counting))
+    rewrite(model, around={})
+    assert tried == []
+    neg = next(n for n in model.graph if n.op_type == "Neg")  # the inner one: a step above
+    rewrite(model, around={id(neg): neg})
+    assert len(tried) == 1
+
+
+def test_the_driver_runs_a_pattern_rewrite_only_around_edits(make_model):
+    model = import_model(make_model(NEGS))
+    tried = []
+
+    def drop(graph, m):
+        tried.append(m.outer.op_type)
+        return _drop_neg(graph, m) if m.outer.op_type == "Neg" else False
+
+    rewrite = PatternRewrite.of(case(_double("Neg"), ("Neg",), drop),
+                                case(_double("Abs"), ("Abs",), drop))
+    results = run_to_fixed_point(model, [("drop", rewrite)])
+    assert results == {"drop": PassResult(1)}
+    # The first walk tries both; after the Neg pair went, the Abs pair (not reached by that
+    # edit: it reads y, not x) is not tried again.
+    assert tried == ["Neg", "Abs"]
