@@ -17,7 +17,6 @@ internal check that says so, naming them, instead of hanging the tool.
 
 from __future__ import annotations
 
-import contextlib
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
@@ -48,7 +47,7 @@ NO_CHANGE = PassResult()
 
 Rewrite = Callable[[Model], PassResult]
 """A whole-graph rewrite. One with ``incremental = True`` also takes ``around``: the nodes
-edits touched since it last began (:class:`TouchLog`), ``None`` the first time (all)."""
+edits touched since it last began (:class:`EditLog`), ``None`` the first time (all)."""
 
 # Sweeps over the rewrite list that made edits, past which the rewrites are taken not to
 # settle. Shipped models settle in at most 4; a rewrite that undoes another's work would go on
@@ -62,69 +61,52 @@ class RewriteLoop(AssertionError):
 
 
 class EditLog(EditListener):
-    """Counts edits: a rewrite is due when the count moved since it last began."""
+    """Counts edits, and keeps the nodes they touched in order: the node edited, and the
+    producers of the values that gained or lost a reader (their use counts changed).
+    ``touched[k:]`` is what edits reached since the log was ``k`` long: an incremental
+    rewrite looks again only around those (:class:`onnxopt.rewrite.pattern.PatternRewrite`).
+    A rewrite is due when ``edits`` moved since it last began."""
 
-    __slots__ = ("edits",)
+    __slots__ = ("edits", "touched")
 
     def __init__(self) -> None:
         self.edits = 0
+        self.touched: list[Node] = []
+
+    def take(self) -> list[Node]:
+        """What was touched so far, and start afresh."""
+        touched, self.touched = self.touched, []
+        return touched
+
+    def _values(self, *values: Value | None) -> None:
+        for v in values:
+            if v is not None and v.producer is not None:
+                self.touched.append(v.producer)
 
     def node_inserted(self, node: Node) -> None:
         self.edits += 1
+        self.touched.append(node)
 
     def node_removed(self, node: Node, inputs: list[Value]) -> None:
         self.edits += 1
+        self._values(*inputs)
 
     def input_changed(self, node: Node, old: Value | None, new: Value | None) -> None:
         self.edits += 1
+        self.touched.append(node)
+        self._values(old, new)
 
     def uses_replaced(self, old: Value, new: Value, readers: list[Node]) -> None:
         self.edits += 1
+        self.touched.extend(readers)
+        self._values(old, new)
 
     def constant_removed(self, value: Value) -> None:
         self.edits += 1
 
     def node_changed(self, node: Node) -> None:
         self.edits += 1
-
-
-class TouchLog(EditListener):
-    """The nodes edits touched: the node edited, and the producers of the values that gained
-    or lost a reader (their use counts changed). An incremental rewrite looks again only
-    around these (:class:`onnxopt.rewrite.pattern.PatternRewrite`)."""
-
-    def __init__(self) -> None:
-        self.nodes: dict[int, Node] = {}
-
-    def take(self) -> dict[int, Node]:
-        """What was touched since the last take, and start afresh."""
-        nodes, self.nodes = self.nodes, {}
-        return nodes
-
-    def _value(self, value: Value | None) -> None:
-        if value is not None and value.producer is not None:
-            self.nodes[id(value.producer)] = value.producer
-
-    def node_inserted(self, node: Node) -> None:
-        self.nodes[id(node)] = node
-
-    def node_removed(self, node: Node, inputs: list[Value]) -> None:
-        for v in inputs:
-            self._value(v)
-
-    def input_changed(self, node: Node, old: Value | None, new: Value | None) -> None:
-        self.nodes[id(node)] = node
-        self._value(old)
-        self._value(new)
-
-    def uses_replaced(self, old: Value, new: Value, readers: list[Node]) -> None:
-        for node in readers:
-            self.nodes[id(node)] = node
-        self._value(old)
-        self._value(new)
-
-    def node_changed(self, node: Node) -> None:
-        self.nodes[id(node)] = node
+        self.touched.append(node)
 
 
 class listening:
@@ -150,14 +132,10 @@ def run_to_fixed_point(model: Model, rewrites: list[tuple[str, Rewrite]], *,
     log = EditLog()
     began_at: dict[str, int] = dict.fromkeys((name for name, _ in rewrites), -1)
     totals: dict[str, int] = dict.fromkeys(began_at, 0)
-    # An incremental rewrite's touches: what edits reached since it last began.
-    touches = {name: TouchLog() for name, rewrite in rewrites
-               if getattr(rewrite, "incremental", False)}
+    # Where each incremental rewrite last began in ``log.touched``.
+    touches = {name: -1 for name, rewrite in rewrites if getattr(rewrite, "incremental", False)}
     sweeps = 0
-    scope = model.graph.names
-    with listening(scope, log), contextlib.ExitStack() as stack:
-        for touch in touches.values():
-            stack.enter_context(listening(scope, touch))
+    with listening(model.graph.names, log):
         while True:
             ran: list[str] = []
             for name, rewrite in rewrites:
@@ -166,8 +144,9 @@ def run_to_fixed_point(model: Model, rewrites: list[tuple[str, Rewrite]], *,
                 first = began_at[name] < 0
                 began_at[name] = start = log.edits
                 if name in touches:
-                    around = touches[name].take()
-                    result = rewrite(model, around=None if first else around)
+                    around = None if first else log.touched[touches[name]:]
+                    touches[name] = len(log.touched)
+                    result = rewrite(model, around=around)
                 else:
                     result = rewrite(model)
                 totals[name] += result.changed

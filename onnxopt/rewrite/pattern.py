@@ -20,6 +20,7 @@ from typing import ClassVar
 from onnxopt.ir.graph import Graph
 from onnxopt.ir.model import Model
 from onnxopt.ir.node import STANDARD_DOMAINS, Node
+from onnxopt.ir.semantics import COMMUTATIVE
 from onnxopt.match.pattern import (
     AnyOf,
     Builder,
@@ -30,7 +31,7 @@ from onnxopt.match.pattern import (
     match_pattern,
     pattern_names,
 )
-from onnxopt.rewrite.driver import PassResult, TouchLog, listening
+from onnxopt.rewrite.driver import EditLog, PassResult, listening
 
 
 @dataclass(frozen=True)
@@ -45,10 +46,24 @@ class Case:
     permits: str | None = None
     names: frozenset[str] = field(init=False)
     depth: int = field(init=False)  # how many producers deep the pattern reads
+    # (input index, op type) the root's inputs must be produced by: checked before matching,
+    # so the common miss costs two lookups rather than a match with its failure record.
+    firsts: tuple[tuple[int, str], ...] = field(init=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "names", pattern_names(self.pattern))
         object.__setattr__(self, "depth", _depth(self.pattern))
+        object.__setattr__(self, "firsts", _firsts(self.pattern))
+
+    def may_match(self, node: Node) -> bool:
+        """What a match needs of the root's producers first (a necessary condition)."""
+        for k, op_type in self.firsts:
+            v = node.input(k)
+            producer = v.producer if v is not None else None
+            if (producer is None or producer.op_type != op_type
+                    or producer.domain not in STANDARD_DOMAINS):
+                return False
+        return True
 
 
 def case(build: Callable[[Builder], Pat], roots: tuple[str, ...],
@@ -71,7 +86,7 @@ class PatternRewrite:
     def of(cls, *cases: Case) -> PatternRewrite:
         return cls(cases)
 
-    def __call__(self, model: Model, around: dict[int, Node] | None = None) -> PassResult:
+    def __call__(self, model: Model, around: list[Node] | None = None) -> PassResult:
         """One walk. With ``around`` (the nodes edits touched since this rewrite last began)
         a node is tried only where it lies within reach below one of them, or below what
         the walk's own edits touch: elsewhere nothing a match reads has changed since it
@@ -86,9 +101,9 @@ class PatternRewrite:
         touch = None
         if around is not None:
             near = {}
-            for node in around.values():
+            for node in around:
                 _spread(node, reach, near)
-            touch = TouchLog()
+            touch = EditLog()
         changed = 0
         with listening(model.graph.names, touch) if touch is not None else nullcontext():
             for graph in model.graph.all_graphs():
@@ -104,13 +119,28 @@ class PatternRewrite:
                         if c.permits is not None and not model.exactness.permits(c.permits,
                                                                                  node):
                             continue
+                        if not c.may_match(node):
+                            continue
                         m = match_pattern(c.pattern, node, Trace(), c.names)
                         if m is not None and c.apply(graph, m):
                             changed += 1
-                        if touch is not None and touch.nodes:
-                            for touched in touch.take().values():
+                        if touch is not None and touch.touched:
+                            for touched in touch.take():
                                 _spread(touched, reach, near)
         return PassResult(changed)
+
+
+def _firsts(pat: Pat) -> tuple[tuple[int, str], ...]:
+    """For a root whose operands keep their places (one that commutes may take them either
+    way), the standard-domain op each input that the pattern names an op for must come from."""
+    if not isinstance(pat, Op) or pat.domain not in STANDARD_DOMAINS:
+        return ()
+    commutes = pat.commutative if pat.commutative is not None else (
+        pat.op_type in COMMUTATIVE and len(pat.inputs) == 2)
+    if commutes:
+        return ()
+    return tuple((k, p.op_type) for k, p in enumerate(pat.inputs)
+                 if isinstance(p, Op) and p.domain in STANDARD_DOMAINS)
 
 
 def _depth(pat: Pat) -> int:

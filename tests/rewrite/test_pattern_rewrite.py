@@ -66,10 +66,10 @@ def test_with_nothing_touched_nothing_is_tried_and_an_edit_leads_back(make_model
         return False
 
     rewrite = PatternRewrite.of(case(_double("Neg"), ("Neg",), counting))
-    rewrite(model, around={})
+    rewrite(model, around=[])
     assert tried == []
     neg = next(n for n in model.graph if n.op_type == "Neg")  # the inner one: a step above
-    rewrite(model, around={id(neg): neg})
+    rewrite(model, around=[neg])
     assert len(tried) == 1
 
 
