@@ -97,6 +97,9 @@ class PatternRewrite:
             for op in c.roots:
                 by_op.setdefault(op, []).append(c)
         reach = 1 + max(c.depth for c in self.cases)
+        graphs = model.graph.all_graphs()
+        if around is not None and len(around) * reach >= sum(len(g) for g in graphs):
+            around = None  # as good as everything: a plain walk costs less than marking
         near: dict[int, int] | None = None
         touch = None
         if around is not None:
@@ -106,7 +109,7 @@ class PatternRewrite:
             touch = EditLog()
         changed = 0
         with listening(model.graph.names, touch) if touch is not None else nullcontext():
-            for graph in model.graph.all_graphs():
+            for graph in graphs:
                 for node in list(graph):
                     cases = by_op.get(node.op_type)
                     if (cases is None or node.graph is not graph
@@ -155,14 +158,18 @@ def _depth(pat: Pat) -> int:
 def _spread(start: Node, reach: int, near: dict[int, int]) -> None:
     """Mark ``start`` and its readers, their readers, … ``reach`` steps down (``near``: node
     id -> the steps left when it was marked, so a node is walked on again only with more)."""
+    if near.get(id(start), -1) >= reach:
+        return
     frontier = [start]
     for budget in range(reach, -1, -1):
         below: list[Node] = []
         for node in frontier:
-            if near.get(id(node), -1) >= budget:
+            key = id(node)
+            if near.get(key, -1) >= budget:
                 continue
-            near[id(node)] = budget
+            near[key] = budget
             if budget:
                 for out in node.outputs:
-                    below.extend(reader for reader, _ in out._uses)
+                    for reader, _ in out._uses:
+                        below.append(reader)
         frontier = below
