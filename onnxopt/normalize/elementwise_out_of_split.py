@@ -27,51 +27,54 @@ import numpy as np
 
 from onnxopt.ir import symdim as sd
 from onnxopt.ir.graph import Graph
-from onnxopt.ir.model import Model
 from onnxopt.ir.node import Node
 from onnxopt.ir.tensor import LazyTensor
 from onnxopt.ir.value import Value
+from onnxopt.match.pattern import Builder, Match, Pat
 from onnxopt.normalize._common import (
     int_attr,
-    is_op,
     is_private,
-    live_ops,
     new_node,
     small_constant,
 )
-from onnxopt.rewrite.driver import PassResult
+from onnxopt.rewrite.pattern import PatternRewrite, case
 
 NAME = "elementwise_out_of_split"
 OPS = ("Add", "Mul")
 
 
-# A hand walk, not a pattern (onnxopt.rewrite.pattern): not yet ported, for lack of time: a
-# pattern could say Reshape(Add|Mul(x, constant)), with the symbolic-shape proof in its rewrite.
-def elementwise_out_of_split(model: Model) -> PassResult:
-    changes = 0
-    for graph, merge in live_ops(model, "Reshape"):
-        op = merge.inputs[0].producer
-        if not is_op(op, *OPS) or not is_private(op.output, merge) or merge.input(1) is None:
-            continue
-        axis = merged_axis(op.output.shape, merge.output.shape)
-        found = _operands(op) if axis is not None else None
-        if found is None or merge.output in graph.output_set():
-            continue
-        x, m = found
-        layout = _laid_out(m, x, axis)
-        if layout is None:
-            continue
-        inner = new_node(graph, "Reshape", [x, merge.input(1)], before=merge,
-                         created_by=NAME, attrs=dict(merge.attrs), dtype=x.dtype,
-                         shape=merge.output.shape)
-        merged = _merged_operand(graph, merge, layout, m, x, inner.output, axis)
-        moved = new_node(graph, op.op_type, [inner.output, merged], before=merge,
-                         created_by=NAME, dtype=merge.output.dtype, shape=merge.output.shape)
-        graph.replace_all_uses(merge.output, moved.output)
-        graph.remove(merge)
-        graph.remove(op)
-        changes += 1
-    return PassResult(changes)
+def _merge_of_elementwise(p: Builder) -> Pat:
+    """Reshape(Add|Mul(a, b), target) (which operand is the constant: ``_operands``)."""
+    operands = (p.maybe(p.var("a")), p.maybe(p.var("b")))
+    op = p.any(*(p.op(name, *operands, name="op", commutative=False, other_inputs=True,
+                      other_attrs=True) for name in OPS))
+    return p.Reshape(op, p.var("target"), name="merge", other_inputs=True, other_attrs=True)
+
+
+def _move_out(graph: Graph, m: Match) -> bool:
+    """What the pattern cannot say: the elementwise result read by the merge alone, and the
+    symbolic-shape proof that the merge undoes a split the constant operand broadcasts on."""
+    merge, op = m.merge, m.op
+    if not is_private(op.output, merge):
+        return False
+    axis = merged_axis(op.output.shape, merge.output.shape)
+    found = _operands(op) if axis is not None else None
+    if found is None or merge.output in graph.output_set():
+        return False
+    x, c = found
+    layout = _laid_out(c, x, axis)
+    if layout is None:
+        return False
+    inner = new_node(graph, "Reshape", [x, merge.input(1)], before=merge,
+                     created_by=NAME, attrs=dict(merge.attrs), dtype=x.dtype,
+                     shape=merge.output.shape)
+    merged = _merged_operand(graph, merge, layout, c, x, inner.output, axis)
+    moved = new_node(graph, op.op_type, [inner.output, merged], before=merge,
+                     created_by=NAME, dtype=merge.output.dtype, shape=merge.output.shape)
+    graph.replace_all_uses(merge.output, moved.output)
+    graph.remove(merge)
+    graph.remove(op)
+    return True
 
 
 def merged_axis(split, merged) -> int | None:
@@ -191,3 +194,7 @@ def _repeats(graph: Graph, merge: Node, merged_view: Value, a: int, per: int,
         return pieces[0]
     return new_node(graph, "Concat", pieces, before=merge, created_by=NAME,
                     attrs={"axis": int_attr(0)}, dtype="int64", shape=(rank,)).output
+
+
+elementwise_out_of_split = PatternRewrite.of(
+    case(_merge_of_elementwise, ("Reshape",), _move_out))

@@ -31,8 +31,10 @@ from onnxopt.rewrite.driver import PassResult
 NAME = "gemm_unflattened"
 
 
-# A hand walk, not a pattern (onnxopt.rewrite.pattern): not yet ported, for lack of time: a
-# pattern could say the Reshape-Gemm-Reshape chain, with the symbolic-shape proof in its rewrite.
+# A hand walk, not a pattern (onnxopt.rewrite.pattern): not yet ported: a pattern reads producers,
+# so it would be rooted at the unflattening Reshape, a reader of the Gemm; walking Reshapes
+# instead of Gemms makes the rewrites in another order where projections share a layer (new nodes
+# named otherwise).
 def gemm_unflattened(model: Model) -> PassResult:
     count = 0
     for graph in model.graph.all_graphs():

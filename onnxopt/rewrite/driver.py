@@ -6,7 +6,10 @@ Two granularities share one source of truth, the edits themselves
 - :func:`run_to_fixed_point` runs whole-graph rewrites (the normalization passes) in their
   order, each again only when the graph was edited since it last began — by any rewrite,
   itself included — until none was. A rewrite returns a :class:`PassResult`; nothing counts
-  rounds and no pass keeps a "stale" flag: an edit is what makes a rewrite due.
+  rounds and no pass keeps a "stale" flag: an edit is what makes a rewrite due. A rewrite
+  said in the pattern language (:class:`onnxopt.rewrite.pattern.PatternRewrite`) is also
+  handed the nodes those edits touched, and tries only the nodes within its pattern's reach
+  of them.
 - :class:`NodeWorklist` holds nodes to try, in order (the fusion rules' roots): an edit
   queues the nodes it touched — a node inserted, the readers of a value replaced, a node whose
   input changed or that was changed in place.
@@ -43,14 +46,12 @@ class PassResult:
         return PassResult(self.changed + other.changed)
 
 
-NO_CHANGE = PassResult()
-
 Rewrite = Callable[[Model], PassResult]
 """A whole-graph rewrite. One with ``incremental = True`` also takes ``around``: the nodes
 edits touched since it last began (:class:`EditLog`), ``None`` the first time (all)."""
 
 # Sweeps over the rewrite list that made edits, past which the rewrites are taken not to
-# settle. Shipped models settle in at most 4; a rewrite that undoes another's work would go on
+# settle. Shipped models settle in at most 5; a rewrite that undoes another's work would go on
 # for ever, and this check stops it with their names (an internal error, not a silent stop).
 SWEEP_LIMIT = 100
 

@@ -46,9 +46,9 @@ class Case:
     permits: str | None = None
     names: frozenset[str] = field(init=False)
     depth: int = field(init=False)  # how many producers deep the pattern reads
-    # (input index, op type) the root's inputs must be produced by: checked before matching,
+    # (input index, op types) the root's inputs must be produced by: checked before matching,
     # so the common miss costs two lookups rather than a match with its failure record.
-    firsts: tuple[tuple[int, str], ...] = field(init=False)
+    firsts: tuple[tuple[int, frozenset[str]], ...] = field(init=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "names", pattern_names(self.pattern))
@@ -57,10 +57,10 @@ class Case:
 
     def may_match(self, node: Node) -> bool:
         """What a match needs of the root's producers first (a necessary condition)."""
-        for k, op_type in self.firsts:
+        for k, op_types in self.firsts:
             v = node.input(k)
             producer = v.producer if v is not None else None
-            if (producer is None or producer.op_type != op_type
+            if (producer is None or producer.op_type not in op_types
                     or producer.domain not in STANDARD_DOMAINS):
                 return False
         return True
@@ -133,17 +133,22 @@ class PatternRewrite:
         return PassResult(changed)
 
 
-def _firsts(pat: Pat) -> tuple[tuple[int, str], ...]:
+def _firsts(pat: Pat) -> tuple[tuple[int, frozenset[str]], ...]:
     """For a root whose operands keep their places (one that commutes may take them either
-    way), the standard-domain op each input that the pattern names an op for must come from."""
+    way), the standard-domain ops each input that the pattern names ops for must come from
+    (one op, or each alternative an op)."""
     if not isinstance(pat, Op) or pat.domain not in STANDARD_DOMAINS:
         return ()
     commutes = pat.commutative if pat.commutative is not None else (
         pat.op_type in COMMUTATIVE and len(pat.inputs) == 2)
     if commutes:
         return ()
-    return tuple((k, p.op_type) for k, p in enumerate(pat.inputs)
-                 if isinstance(p, Op) and p.domain in STANDARD_DOMAINS)
+    out = []
+    for k, p in enumerate(pat.inputs):
+        options = p.alternatives if isinstance(p, AnyOf) else (p,)
+        if all(isinstance(o, Op) and o.domain in STANDARD_DOMAINS for o in options):
+            out.append((k, frozenset(o.op_type for o in options)))
+    return tuple(out)
 
 
 def _depth(pat: Pat) -> int:
