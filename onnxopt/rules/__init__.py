@@ -11,7 +11,7 @@ from __future__ import annotations
 from onnxopt.rules.attention import Attention
 from onnxopt.rules.base import Rule
 from onnxopt.rules.gelu import Gelu
-from onnxopt.rules.group_norm import GroupNorm, GroupNormOp, GroupNormSilu
+from onnxopt.rules.group_norm import GroupNorm, GroupNormOp, GroupNormPerChannel, GroupNormSilu
 from onnxopt.rules.layer_norm import LayerNorm, LayerNormOp
 from onnxopt.rules.rms_norm import RMSNorm
 from onnxopt.rules.rotary import Rotary
@@ -26,6 +26,7 @@ def all_rules() -> list[Rule]:
         LayerNormOp(), LayerNorm(),
         RMSNorm(),
         GroupNormOp(), GroupNorm(),
+        GroupNormPerChannel(),
         GroupNormSilu(),
         Gelu(),
         Silu(),
