@@ -823,13 +823,7 @@ def _deberta_v2(attn: str) -> nn.Module:
         num_attention_heads=HEADS,
         intermediate_size=INTERMEDIATE,
         max_position_embeddings=MAX_POS,
-        relative_attention=True,
-        position_buckets=32,
-        max_relative_positions=-1,
-        pos_att_type=["p2c", "c2p"],
-        norm_rel_ebd="layer_norm",
-        share_att_key=True,
-        type_vocab_size=0,
+        **DEBERTA_KWARGS,
     )
     cfg._attn_implementation = attn
     return DebertaV2Model(cfg)
@@ -851,15 +845,22 @@ class AudioWrapper(nn.Module):
                           return_dict=False)[0]
 
 
+# conv front end 10/5 then 3/2 (1 frame per 10 samples), GroupNorm with one group per
+# channel after the first conv (feat_extract_norm="group"), post-norm encoder
+SPEECH_KWARGS = {
+    "hidden_size": HIDDEN, "num_hidden_layers": LAYERS, "num_attention_heads": HEADS,
+    "intermediate_size": INTERMEDIATE, "conv_dim": (32, 32), "conv_stride": (5, 2),
+    "conv_kernel": (10, 3), "num_conv_pos_embeddings": 16, "num_conv_pos_embedding_groups": 4,
+    "feat_extract_norm": "group", "do_stable_layer_norm": False, "mask_time_prob": 0.0,
+    "vocab_size": 32}
+DEBERTA_KWARGS = {
+    "relative_attention": True, "position_buckets": 32, "max_relative_positions": -1,
+    "pos_att_type": ["p2c", "c2p"], "norm_rel_ebd": "layer_norm", "share_att_key": True,
+    "type_vocab_size": 0}
+
+
 def _speech_config(cls):
-    # conv front end 10/5 then 3/2 (1 frame per 10 samples), GroupNorm with one group per
-    # channel after the first conv (feat_extract_norm="group"), post-norm encoder
-    return cls(
-        hidden_size=HIDDEN, num_hidden_layers=LAYERS, num_attention_heads=HEADS,
-        intermediate_size=INTERMEDIATE, conv_dim=(32, 32), conv_stride=(5, 2),
-        conv_kernel=(10, 3), num_conv_pos_embeddings=16, num_conv_pos_embedding_groups=4,
-        feat_extract_norm="group", do_stable_layer_norm=False, mask_time_prob=0.0,
-        vocab_size=32)
+    return cls(**SPEECH_KWARGS)
 
 
 def _wav2vec2(attn: str) -> nn.Module:
