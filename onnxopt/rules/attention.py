@@ -153,8 +153,11 @@ class Attention(Rule):
                 and sd.same(expanded[4], d)):
             return Refusal("repeat_expand_shape", f"{repeat.name}: {base.upper()} is expanded "
                            f"to {list(expanded)}, not [B, Hkv, n, S, D]", repeat.name)
+        # (the key length is not compared: a Reshape keeps its element count, so with batch,
+        # heads and head size proven it is K's own, whatever its name: merged decoders' no-past
+        # branches reshape to the mask's total_sequence, equal to sequence there)
         if not (sd.same(out[1], sd.mul(hkv, expanded[2])) and sd.same(out[0], b)
-                and sd.same(out[2], s) and sd.same(out[3], d)):
+                and sd.same(out[3], d)):
             return Refusal("repeat_reshape_shape", f"{repeat.name}: {base.upper()} reshaped to "
                            f"{list(out)}, not [B, Hkv*n, S, D]", repeat.name)
         return None
