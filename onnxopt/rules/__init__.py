@@ -16,6 +16,7 @@ from onnxopt.rules.layer_norm import LayerNorm, LayerNormOp
 from onnxopt.rules.rms_norm import RMSNorm
 from onnxopt.rules.rotary import Rotary
 from onnxopt.rules.silu import Silu
+from onnxopt.rules.single_query_attention import SingleQueryAttention
 from onnxopt.rules.swiglu import SwiGLU
 
 
@@ -23,6 +24,7 @@ def all_rules() -> list[Rule]:
 
     return [
         Attention(),
+        SingleQueryAttention(),
         LayerNormOp(), LayerNorm(),
         RMSNorm(),
         GroupNormOp(), GroupNorm(),
