@@ -98,3 +98,18 @@ def test_deberta_v2_attention_fuses_and_computes_the_same(models_dir, exporter):
         got = fused.run(None, feeds)[0]
         err = float(np.abs(got - want).max()) / max(1.0, float(np.abs(want).max()))
         assert err < 1e-5, (batch, seq, err)
+
+
+def test_a_merged_key_with_no_four_dimensional_source_is_transposed_back(make_model, fuse_text):
+    """K' on [B·H, S, D] computed there (no [B, H, S, D] K to read): the fused op reads the
+    score operand transposed back, exactly K."""
+    text = MERGED.format(term=POSITION_TERM).replace(
+        "km = Reshape (k, s3)", "km0 = Reshape (k, s3)\n    km = Relu (km0)")
+    (node,) = fuse_text(text).nodes("AttentionFused")
+    key = node.inputs[1]
+    assert key.producer.op_type == "Transpose" and list(key.producer.attr("perm")) == [0, 1, 3, 2]
+    assert list(key.shape) == [key.shape[0], 4, 8, 16]
+    proto = make_model(text)
+    result, regions = _regions(proto)
+    assert [r.status for r in regions] == ["fused"], [r.detail for r in regions]
+    assert verify_models(proto, result.proto).ok
