@@ -15,8 +15,10 @@ Two things here make that possible without a rule of its own:
   ``[B, H, S, D]`` (the Reshape only splits the merged batch back into B and H, which keeps
   every element where it was), and names the K to read: the model's own 4-D K when ``K'``
   is its merge, else the operand transposed back (exact either way: only data movement).
-- A computed term must not read V: then it is not a score bias but part of the output's
-  own arithmetic (:func:`term_reading_v`).
+- A computed term must not read V's values arithmetically: then it is not a score bias but
+  part of the output's own arithmetic (:func:`term_reading_v`). A mask built from a
+  predicate on V (its zero rows are padding) is a mask all the same: the walk stops at
+  boolean values.
 """
 
 from __future__ import annotations
@@ -108,7 +110,8 @@ def _v_views(v: Value) -> set[int]:
 
 
 def term_reading_v(terms: list[Value | None], v: Value) -> Refusal | None:
-    """Refuse a score term (mask, bias) computed from V or a view of it."""
+    """Refuse a score term (mask, bias) computed from V or a view of it, other than through a
+    boolean (a predicate of V, such as which of its rows are padding, makes a mask)."""
     forbidden = _v_views(v)
     for term in terms:
         if term is None:
@@ -119,8 +122,9 @@ def term_reading_v(terms: list[Value | None], v: Value) -> Refusal | None:
             if id(x) in forbidden:
                 return Refusal("score_term_reads_v", f"%{term.name}: a term added to the scores "
                                f"reads V (%{x.name}): not a score bias", f"%{term.name}")
-            if id(x) in seen or x.producer is None or x.producer.op_type in _SHAPE_ONLY:
-                continue
+            if (id(x) in seen or x.producer is None or x.producer.op_type in _SHAPE_ONLY
+                    or x.dtype == "bool"):
+                continue  # (a predicate of V — which positions are padding — is a mask)
             seen.add(id(x))
             stack.extend(i for i in x.producer.inputs if i is not None)
     return None

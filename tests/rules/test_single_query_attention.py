@@ -27,6 +27,10 @@ g (float[batch, 32] h, float[batch, src, 32] enc, float[batch, src] m) => ({out}
 PLAIN_MASK = "a = Add (ss, m)"
 # a "mask" computed from V (here the encoder outputs, which are also the keys' values)
 V_MASK = "r = ReduceSum <keepdims = 0> (enc, a2)\n    mr = Add (r, m)\n    a = Add (ss, mr)"
+# a padding mask from a predicate on V: the source positions whose encoder output sums to 0
+V_PADDING = ("r = ReduceSum <keepdims = 0> (enc, a2)\n    z = Constant <value = float {0}> ()\n"
+             "    pad = Equal (r, z)\n    big = Constant <value = float {-10000}> ()\n"
+             "    mp = Where (pad, big, z)\n    mr = Add (mp, m)\n    a = Add (ss, mr)")
 
 
 def _model(make_model, mask=PLAIN_MASK, column_axis=2, out="float[batch, 1, 32] o"):
@@ -72,3 +76,8 @@ def test_a_mask_that_reads_v_is_refused(make_model):
     _, regions = _regions(_model(make_model, mask=V_MASK))
     assert [(r.status, r.code) for r in regions] == [("refused", "score_term_reads_v")]
     assert regions[0].detail == "%mr: a term added to the scores reads V (%enc): not a score bias"
+
+
+def test_a_padding_mask_from_a_predicate_on_v_fuses(make_model):
+    _, regions = _regions(_model(make_model, mask=V_PADDING))
+    assert [(r.rule, r.status) for r in regions] == [("single_query_attention", "fused")]
