@@ -8,7 +8,7 @@ does not depend on, so they run in another interpreter (``--anchor-python``,
 e.g. the venv that ``models/export.py`` uses).
 
     python benchmarks/fusion_coverage.py --anchor-python /work/venv-export/bin/python \
-        [--models models] [--markdown benchmarks/_work/fusion_coverage.md]
+        [--models models] [--markdown benchmarks/_work/fusion_coverage.md] [--only deberta_v2]
 """
 
 from __future__ import annotations
@@ -123,11 +123,15 @@ def main() -> int:
     ap.add_argument("--anchor-python", default=None)
     ap.add_argument("--models", default=str(ROOT / "models"))
     ap.add_argument("--markdown", default=None)
+    ap.add_argument("--only", default="", help="comma-separated architectures (deberta_v2,...)")
     args = ap.parse_args()
+    only = {a for a in args.only.split(",") if a}
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for path in sorted(Path(args.models).glob("*.onnx")):
             name = path.name.removesuffix(".onnx")
+            if only and name.split(".")[0] not in only:
+                continue
             original = onnx.load(str(path))
             blocks = {"attention": sum(n.op_type == "Softmax" for n in original.graph.node),
                       "norms": norm_blocks(original),

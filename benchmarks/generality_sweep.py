@@ -120,6 +120,13 @@ def specs():
          {"num_channels": 3, "image_size": 32, "hidden_sizes": [32, 48, 64],
           "neck_hidden_sizes": [8, 16, 24, 32, 40, 48, 64], "num_attention_heads": 2,
           "patch_size": 2}, "vision"),
+        # The families of issue 33: disentangled attention and speech encoders.
+        ("deberta_v2", "DebertaV2Config", "DebertaV2Model", "eager", "last_hidden_state",
+         {**encoder, **e.DEBERTA_KWARGS}),
+        ("wav2vec2", "Wav2Vec2Config", "Wav2Vec2Model", "eager", "last_hidden_state",
+         e.SPEECH_KWARGS, "audio"),
+        ("hubert", "HubertConfig", "HubertModel", "sdpa", "last_hidden_state",
+         e.SPEECH_KWARGS, "audio"),
     ]
 
 
@@ -143,8 +150,12 @@ def stage_export(only: list[str] | None) -> None:
             cfg._attn_implementation = attn
             return getattr(transformers, model_cls)(cfg)
 
-        spec = export.Spec(name, build, model_cls, attn, "vision" if kind == "vision" else "text",
-                           output, True, seq2seq=kind == "seq2seq")
+        spec = export.Spec(name, build, model_cls, attn,
+                           kind if kind in ("vision", "audio") else "text", output, True,
+                           seq2seq=kind == "seq2seq")
+        if kind == "audio":  # (input_values, attention_mask): models/export.py's speech path
+            _export_audio(export, spec, name)
+            continue
         try:
             model = export.build(spec)
         except Exception as e:  # noqa: BLE001 - a transformers release without this config
@@ -157,6 +168,18 @@ def stage_export(only: list[str] | None) -> None:
                 print(f"exported {out.name}", flush=True)
             except Exception as e:  # noqa: BLE001 - an exporter failure is reported, not fatal
                 print(f"export failed {out.name}: {str(e).splitlines()[0][:160]}", flush=True)
+
+
+def _export_audio(export, spec, name: str) -> None:
+    import onnx
+
+    for exporter in ("ts", "dynamo"):
+        out = WORK / f"{name}.{exporter}.onnx"
+        try:
+            onnx.save(export.export_audio(spec, export.build_audio(spec), exporter), str(out))
+            print(f"exported {out.name}", flush=True)
+        except Exception as e:  # noqa: BLE001 - an exporter failure is reported, not fatal
+            print(f"export failed {out.name}: {str(e).splitlines()[0][:160]}", flush=True)
 
 
 def optimize_all(only: list[str] | None) -> None:

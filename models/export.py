@@ -766,7 +766,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = ap.parse_args(argv)
 
-    names = [n for n in args.only.split(",") if n] or list(SPECS)
+    names = [n for n in args.only.split(",") if n] or list(SPECS) + list(AUDIO_SPECS)
+    audio = [n for n in names if n in AUDIO_SPECS]
+    names = [n for n in names if n not in AUDIO_SPECS]
     unknown = [n for n in names if n not in SPECS]
     if unknown:
         ap.error(f"unknown model(s) {unknown}; choose from {list(SPECS)}")
@@ -778,7 +780,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.exporter != "both":
         exporters = {args.exporter: exporters[args.exporter]}
 
-    failures: dict[str, list[str]] = {}
+    failures = export_audio_family(audio, args.out, list(exporters), not args.no_verify)
     for name in names:
         spec = SPECS[name]
         for tag, fn in exporters.items():
@@ -803,6 +805,195 @@ def main(argv: list[str] | None = None) -> int:
     for k, v in failures.items():
         print(f"PROBLEM {k}: " + "; ".join(v[:5]), file=sys.stderr)
     return 1 if failures else 0
+
+
+# --------------------------------------------------------------------------- more families
+# Disentangled attention (DeBERTa-v2) and speech encoders (wav2vec2, HuBERT), issue 33.
+
+
+def _deberta_v2(attn: str) -> nn.Module:
+    """DeBERTa-v2: disentangled attention, scores Q·Kᵀ + c2p + p2c, each gathered from
+    relative-position projections and all scaled by 1/sqrt(3·d); heads merged into the batch."""
+    from transformers import DebertaV2Config, DebertaV2Model
+
+    cfg = DebertaV2Config(
+        vocab_size=VOCAB,
+        hidden_size=HIDDEN,
+        num_hidden_layers=LAYERS,
+        num_attention_heads=HEADS,
+        intermediate_size=INTERMEDIATE,
+        max_position_embeddings=MAX_POS,
+        **DEBERTA_KWARGS,
+    )
+    cfg._attn_implementation = attn
+    return DebertaV2Model(cfg)
+
+
+SPECS["deberta_v2"] = Spec("deberta_v2", _deberta_v2, "DebertaV2Model", "eager", "text",
+                           "last_hidden_state", True)
+
+
+class AudioWrapper(nn.Module):
+    """Calls a HF speech encoder with (input_values, attention_mask) and returns output[0]."""
+
+    def __init__(self, model: nn.Module):
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_values: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        return self.model(input_values=input_values, attention_mask=attention_mask,
+                          return_dict=False)[0]
+
+
+# conv front end 10/5 then 3/2 (1 frame per 10 samples), GroupNorm with one group per
+# channel after the first conv (feat_extract_norm="group"), post-norm encoder
+SPEECH_KWARGS = {
+    "hidden_size": HIDDEN, "num_hidden_layers": LAYERS, "num_attention_heads": HEADS,
+    "intermediate_size": INTERMEDIATE, "conv_dim": (32, 32), "conv_stride": (5, 2),
+    "conv_kernel": (10, 3), "num_conv_pos_embeddings": 16, "num_conv_pos_embedding_groups": 4,
+    "feat_extract_norm": "group", "do_stable_layer_norm": False, "mask_time_prob": 0.0,
+    "vocab_size": 32}
+DEBERTA_KWARGS = {
+    "relative_attention": True, "position_buckets": 32, "max_relative_positions": -1,
+    "pos_att_type": ["p2c", "c2p"], "norm_rel_ebd": "layer_norm", "share_att_key": True,
+    "type_vocab_size": 0}
+
+
+def _speech_config(cls):
+    return cls(**SPEECH_KWARGS)
+
+
+def _wav2vec2(attn: str) -> nn.Module:
+    from transformers import Wav2Vec2Config, Wav2Vec2Model
+
+    cfg = _speech_config(Wav2Vec2Config)
+    cfg._attn_implementation = attn
+    return Wav2Vec2Model(cfg)
+
+
+def _hubert(attn: str) -> nn.Module:
+    from transformers import HubertConfig, HubertModel
+
+    cfg = _speech_config(HubertConfig)
+    cfg._attn_implementation = attn
+    return HubertModel(cfg)
+
+
+AUDIO_SPECS: dict[str, Spec] = {
+    s.name: s
+    for s in [
+        Spec("wav2vec2", _wav2vec2, "Wav2Vec2Model", "eager", "audio", "last_hidden_state", True),
+        Spec("hubert", _hubert, "HubertModel", "sdpa", "audio", "last_hidden_state", True),
+    ]
+}
+AUDIO_SAMPLES = (400, 640)  # 39 and 63 frames
+
+
+def audio_inputs(batch: int, samples: int, pad: bool, seed: int = 1) -> dict:
+    """Random audio with right padding in the mask (row r loses r·samples/4 samples)."""
+    g = torch.Generator().manual_seed(seed + 100 * batch + samples)
+    values = torch.randn(batch, samples, generator=g)
+    mask = torch.ones(batch, samples, dtype=torch.int64)
+    if pad:
+        for r in range(batch):
+            n = samples // 8 if batch == 1 else (r * samples) // 4
+            if n:
+                mask[r, samples - n:] = 0
+    return {"input_values": values, "attention_mask": mask}
+
+
+def build_audio(spec: Spec) -> nn.Module:
+    torch.manual_seed(seed_for(spec))
+    return AudioWrapper(spec.build(spec.attn).eval()).eval()
+
+
+def _name_audio_dims(proto: onnx.ModelProto, spec: Spec, tag: str) -> onnx.ModelProto:
+    """Inputs read [batch, samples]; the output's frame dim keeps a name of its own."""
+    for vi in proto.graph.input:
+        for d, w in zip(vi.type.tensor_type.shape.dim, ("batch", "samples")):
+            d.dim_param = w
+    dims = proto.graph.output[0].type.tensor_type.shape.dim
+    dims[0].dim_param, dims[1].dim_param, dims[2].dim_value = "batch", "frames", HIDDEN
+    proto.ir_version = IR_VERSION
+    proto.doc_string = (f"onnxopt test model: {spec.hf_class} tiny random (seed "
+                        f"{seed_for(spec)}), attn_implementation={spec.attn}, {tag}")
+    return proto
+
+
+def export_audio(spec: Spec, model: nn.Module, tag: str) -> onnx.ModelProto:
+    names = ["input_values", "attention_mask"]
+    ex = audio_inputs(2, AUDIO_SAMPLES[0], pad=True)
+    args = tuple(ex[n] for n in names)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if tag == "ts":
+            buf = io.BytesIO()
+            dyn = {n: {0: "batch", 1: "samples"} for n in names}
+            dyn[spec.output] = {0: "batch", 1: "frames"}
+            torch.onnx.export(model, args, buf, dynamo=False, opset_version=TS_OPSET,
+                              input_names=names, output_names=[spec.output],
+                              dynamic_axes=dyn, do_constant_folding=True)
+            proto = onnx.load_from_string(buf.getvalue())
+            note = f"torch.onnx.export(dynamo=False, opset_version={TS_OPSET})"
+        else:
+            from torch.export import Dim
+
+            batch, samples = Dim("batch", min=1, max=64), Dim("samples", min=400, max=16000)
+            prog = torch.onnx.export(
+                model, args, dynamo=True, opset_version=DYNAMO_OPSET, input_names=names,
+                output_names=[spec.output],
+                dynamic_shapes={n: {0: batch, 1: samples} for n in names},
+                external_data=False, optimize=True, report=False, verify=False)
+            proto = prog.model_proto
+            for node in proto.graph.node:
+                keep = [p for p in node.metadata_props if p.key != "pkg.torch.onnx.stack_trace"]
+                del node.metadata_props[:]
+                node.metadata_props.extend(keep)
+            note = f"torch.onnx.export(dynamo=True, opset_version={DYNAMO_OPSET})"
+    return _name_audio_dims(proto, spec, note)
+
+
+def verify_audio(model: nn.Module, path: str) -> list[str]:
+    import onnxruntime as ort
+
+    problems: list[str] = []
+    onnx.checker.check_model(onnx.load(path), full_check=True)
+    sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    worst = 0.0
+    for batch in (1, 2):
+        for samples in AUDIO_SAMPLES:
+            for pad in (False, True):
+                inp = audio_inputs(batch, samples, pad)
+                with torch.no_grad():
+                    ref = model(**inp).numpy()
+                got = sess.run(None, {k: v.numpy() for k, v in inp.items()})[0]
+                err = float(np.abs(got - ref).max()) / max(1.0, float(np.abs(ref).max()))
+                worst = max(worst, err)
+                if got.shape != ref.shape or not err < 1e-4:
+                    problems.append(f"b={batch} n={samples} pad={pad}: {got.shape} err {err:.1e}")
+    print(f"    verify: worst rel err {worst:.2e}, {len(problems)} problem(s)")
+    return problems
+
+
+def export_audio_family(names: list[str], out: str, exporters: list[str], check: bool) -> dict:
+    """Export the speech encoders named in ``names``; returns {file: problems}."""
+    failures: dict[str, list[str]] = {}
+    for name in names:
+        spec = AUDIO_SPECS[name]
+        for tag in exporters:
+            model = build_audio(spec)
+            path = os.path.join(out, f"{name}.{tag}.onnx")
+            print(f"[{name}.{tag}] exporting ...", flush=True)
+            try:
+                proto = export_audio(spec, model, tag)
+            except Exception as e:  # noqa: BLE001
+                failures[f"{name}.{tag}"] = [f"export failed: {type(e).__name__}: {e}"]
+                continue
+            onnx.save_model(proto, path, save_as_external_data=False)
+            print(f"    {path}: {os.path.getsize(path) / 1024:.0f} KB", flush=True)
+            if check and (probs := verify_audio(model, path)):
+                failures[f"{name}.{tag}"] = probs
+    return failures
 
 
 if __name__ == "__main__":

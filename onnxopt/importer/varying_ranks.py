@@ -15,7 +15,7 @@ starts from the graph's inputs and never from declared intermediate types, gave 
 
 from __future__ import annotations
 
-from onnx import GraphProto
+from onnx import GraphProto, TensorProto, numpy_helper
 
 from onnxopt.ir.node import STANDARD_DOMAINS
 from onnxopt.ir.value import Shape
@@ -93,6 +93,7 @@ class _Lengths:
                              and n.domain in STANDARD_DOMAINS and n.output)
         self.inputs = {vi.name: vi for vi in g.input}
         self.producer = {o: n for n in g.node for o in n.output if o}
+        self.values = _small_int_constants(g)
         self.varying_ranks = varying_ranks  # (filled by the walk as it goes)
         self._known: dict[str, bool] = {}
 
@@ -140,7 +141,22 @@ class _Lengths:
                     or self.may_vary(source.input[0], depth + 1))
         if op in self._ELEMENTWISE:
             return any(self.may_vary(x, depth + 1) for x in inputs)
+        if op in _REDUCTIONS and _keepdims(node) == 1:
+            return self._kept_reduction_may_vary(node, depth)
         return True
+
+    def _kept_reduction_may_vary(self, node, depth: int) -> bool:
+        """A reduction that keeps its axes has its input's rank; read as a length (a 1-D
+        value), it is 1 where it reduces axis 0 — every axis when none is given, as dynamo
+        counts a boolean index (``ReduceSum(Cast(mask))``) — else as long as its input."""
+        axes = _reduction_axes(node, self.values)
+        if axes is None:  # axes computed at run time
+            return True
+        if axes == [] and not _attr_int(node, "noop_with_empty_axes", 0):
+            return False  # every axis: length 1
+        if axes and any(a in (0, -1) for a in axes):
+            return False
+        return self.may_vary(node.input[0], depth + 1)
 
 
 def _length_input(node) -> int | None:
@@ -154,7 +170,40 @@ def _length_input(node) -> int | None:
 
 
 def _keepdims(node) -> int:
+    return _attr_int(node, "keepdims", 1)
+
+
+def _attr_int(node, name: str, default: int) -> int:
     for a in node.attribute:
-        if a.name == "keepdims":
+        if a.name == name:
             return a.i
-    return 1
+    return default
+
+
+def _small_int_constants(g: GraphProto) -> dict[str, list[int]]:
+    """1-D int64/int32 constants of at most 8 elements (reduction axes), by name."""
+    out: dict[str, list[int]] = {}
+    for t in g.initializer:
+        if (t.data_type in (6, 7) and len(t.dims) <= 1 and (not t.dims or t.dims[0] <= 8)
+                and t.data_location != TensorProto.EXTERNAL):
+            out[t.name] = [int(v) for v in numpy_helper.to_array(t).reshape(-1)]
+    for n in g.node:
+        if n.op_type != "Constant" or n.domain not in STANDARD_DOMAINS or not n.output:
+            continue
+        for a in n.attribute:
+            if a.name == "value" and a.t.data_type in (6, 7) and len(a.t.dims) <= 1 and (
+                    not a.t.dims or a.t.dims[0] <= 8) and a.t.data_location != TensorProto.EXTERNAL:
+                out[n.output[0]] = [int(v) for v in numpy_helper.to_array(a.t).reshape(-1)]
+            elif a.name == "value_ints":
+                out[n.output[0]] = list(a.ints)
+    return out
+
+
+def _reduction_axes(node, values: dict[str, list[int]]) -> list[int] | None:
+    """The axes a reduction names (``[]``: none given), or None where they are computed."""
+    for a in node.attribute:
+        if a.name == "axes":
+            return list(a.ints)
+    if len(node.input) > 1 and node.input[1]:
+        return values.get(node.input[1])
+    return []

@@ -25,6 +25,7 @@ from onnxopt.ir.node import OPAQUE_OP
 from onnxopt.ir.symdim import evaluate
 from onnxopt.ir.value import Value
 from onnxopt.isolation import NativeCrash
+from onnxopt.legality.probe_lengths import first_evaluable
 from onnxopt.ops.mask_kind import MaskKind
 from onnxopt.refusal import Refusal
 
@@ -150,7 +151,8 @@ def _probe(proto, inputs: list[_Fed], shape_leaves: list[_ShapeFed], candidates:
     causal_votes: list = []
     pad_votes: dict[str, list[bool]] = {c.name: [] for c in candidates}
     for batch, seq in PROBE_SIZES:
-        evaluated = _evaluate(sess, inputs, shape_leaves, batch, seq)
+        evaluated = first_evaluable(
+            lambda length, batch=batch: _evaluate(sess, inputs, shape_leaves, batch, length), seq)
         if isinstance(evaluated, str):
             return f"the mask cannot be evaluated ({evaluated})"
         symbols, feeds_full, values = evaluated

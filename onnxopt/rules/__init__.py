@@ -11,11 +11,12 @@ from __future__ import annotations
 from onnxopt.rules.attention import Attention
 from onnxopt.rules.base import Rule
 from onnxopt.rules.gelu import Gelu
-from onnxopt.rules.group_norm import GroupNorm, GroupNormOp, GroupNormSilu
+from onnxopt.rules.group_norm import GroupNorm, GroupNormOp, GroupNormPerChannel, GroupNormSilu
 from onnxopt.rules.layer_norm import LayerNorm, LayerNormOp
 from onnxopt.rules.rms_norm import RMSNorm
 from onnxopt.rules.rotary import Rotary
 from onnxopt.rules.silu import Silu
+from onnxopt.rules.single_query_attention import SingleQueryAttention
 from onnxopt.rules.swiglu import SwiGLU
 
 
@@ -23,9 +24,11 @@ def all_rules() -> list[Rule]:
 
     return [
         Attention(),
+        SingleQueryAttention(),
         LayerNormOp(), LayerNorm(),
         RMSNorm(),
         GroupNormOp(), GroupNorm(),
+        GroupNormPerChannel(),
         GroupNormSilu(),
         Gelu(),
         Silu(),

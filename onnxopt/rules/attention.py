@@ -14,7 +14,7 @@ additive (where_to_additive). What is left to recognise here:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -27,6 +27,13 @@ from onnxopt.match.pattern import Builder, Match
 from onnxopt.ops import AttentionAttrs, MaskKind
 from onnxopt.refusal import Refusal
 from onnxopt.rules.base import Facts, Rule
+from onnxopt.rules.disentangled_attention import (
+    MergedKey,
+    key_input,
+    key_view,
+    merged_key,
+    term_reading_v,
+)
 
 
 def _repeated(p: Builder, base: str):
@@ -47,6 +54,7 @@ def _scalar(value) -> float:
 @dataclass(frozen=True)
 class AttentionFacts(Facts):
     mask_info: MaskInfo = field(default_factory=MaskInfo)  # what the probes proved
+    merged_key: MergedKey | None = None  # K read through a merged-heads transpose (DeBERTa)
 
 
 class Attention(Rule):
@@ -92,17 +100,21 @@ class Attention(Rule):
                 "transpose_b"):
             return Refusal("q_or_p_transposed", f"{m.qk.name}: Q or P is transposed inside the "
                            "MatMul; not attention's form", m.qk.name)
-        if not m.qk.sem.get("transpose_b"):
-            return Refusal("k_not_transposed", f"{m.qk.name}: K is not transposed (Q·K with no "
-                           "Kᵀ): not a dot-product score", m.qk.name)
+        key = None if m.qk.sem.get("transpose_b") else merged_key(m.k, m.qk)
+        if isinstance(key, Refusal):
+            return key
         for name in ("k", "v"):
             if (reason := self._repeat_legal(m, name)):
                 return reason
-        if reason := (self._shapes_legal(m) or self._mask_legal(m)):
+        k = m.k if key is None else key_view(key)
+        if reason := (self._shapes_legal(m, k) or self._mask_legal(m)
+                      or term_reading_v([m.mask, m.bias], m.v)):
             return reason
         verdict = self._mask_kind(m)
         if isinstance(verdict, Refusal):
             return verdict
+        if key is not None:
+            verdict = replace(verdict, merged_key=key)
         return reduction_order(target, "attention (streaming softmax)") or verdict
 
     def _mask_kind(self, m: Match) -> Refusal | AttentionFacts:
@@ -141,14 +153,17 @@ class Attention(Rule):
                 and sd.same(expanded[4], d)):
             return Refusal("repeat_expand_shape", f"{repeat.name}: {base.upper()} is expanded "
                            f"to {list(expanded)}, not [B, Hkv, n, S, D]", repeat.name)
+        # (the key length is not compared: a Reshape keeps its element count, so with batch,
+        # heads and head size proven it is K's own, whatever its name: merged decoders' no-past
+        # branches reshape to the mask's total_sequence, equal to sequence there)
         if not (sd.same(out[1], sd.mul(hkv, expanded[2])) and sd.same(out[0], b)
-                and sd.same(out[2], s) and sd.same(out[3], d)):
+                and sd.same(out[3], d)):
             return Refusal("repeat_reshape_shape", f"{repeat.name}: {base.upper()} reshaped to "
                            f"{list(out)}, not [B, Hkv*n, S, D]", repeat.name)
         return None
 
-    def _shapes_legal(self, m: Match) -> Refusal | None:
-        q, k, v = m.q, m.k, m.v
+    def _shapes_legal(self, m: Match, k) -> Refusal | None:
+        q, v = m.q, m.v
         if q.shape is None or k.shape is None or v.shape is None:
             return Refusal("qkv_shapes_unknown", f"%{q.name}: shapes of Q, K, V are not known",
                            f"%{q.name}")
@@ -205,7 +220,8 @@ class Attention(Rule):
             mask = b.op("Add", m.mask, m.bias)
             mask.shape = sd.broadcast_shapes(m.mask.shape, m.bias.shape)
             mask.dtype = m.mask.dtype
-        q, k = m.q, m.k
+        q = m.q
+        k = m.k if facts.merged_key is None else key_input(b, facts.merged_key)
         heads = q.shape[1] if q.rank == 4 else 1
         kv_heads = k.shape[1] if k.rank == 4 else 1
         scale = _scalar(m.scale) if m.scale is not None else 1.0

@@ -305,6 +305,63 @@ class GroupNormOp(Rule):
         return f"GroupNormalization, {facts.groups} groups, epsilon {facts.epsilon:g}"
 
 
+def _not_reshaped_back(node: Node) -> Refusal | None:
+    """The grouped spelling reshapes the instance norm's output back: that is rule
+    ``group_norm``'s, on the [N, G, ...] view (one group per pseudo-channel of the view)."""
+    readers = node.outputs[0].uses()
+    if readers and all(user.op_type == "Reshape" for user, _ in readers):
+        return Refusal("grouped_form", "its output is reshaped back: the grouped spelling")
+    return None
+
+
+class GroupNormPerChannel(Rule):
+    """InstanceNormalization(x, γ, β), one group per channel  ->  GroupNormFused(x, γ, β, groups=C)
+
+    ``nn.GroupNorm(C, C)`` (wav2vec2's and HuBERT's feature extractor) is instance norm: the
+    exporters write it as one InstanceNormalization holding the weight and bias, and with
+    G = C normalization removes the Reshape pair of the grouped spelling, so rule
+    ``group_norm`` never sees it. An InstanceNormalization whose output is reshaped back is
+    left to that rule.
+    """
+
+    name = "group_norm_per_channel"
+    family = "group_norm"
+    root = "InstanceNormalization"
+
+    def pattern(self, p: Builder):
+        return p.InstanceNormalization(p.var("x", dtype=FLOAT_TYPES), p.const("scale"),
+                                       p.const("bias"), name="inorm", reads=("epsilon",),
+                                       check=_not_reshaped_back)
+
+    def legal(self, m: Match, target) -> Refusal | GroupNormFacts:
+        x = m.x
+        channels, reason = _channels(x)
+        if reason:
+            return reason
+        if len(x.shape) < 3:
+            return Refusal("rank_too_low", f"%{x.name}: rank {len(x.shape)}, instance norm "
+                           "needs [N, C, positions...]", f"%{x.name}")
+        vectors = []
+        for value, what in ((m.scale, "scale"), (m.bias, "bias")):
+            arr = value.const.numpy()
+            if arr.ndim != 1 or arr.size != channels or arr.dtype.kind != "f":
+                return Refusal("not_per_channel", f"%{value.name}: the {what} has shape "
+                               f"{list(arr.shape)}, not one number per channel of "
+                               f"{_shape(x.shape)}", f"%{value.name}")
+            vectors.append(arr.astype(np.float64))
+        gamma, beta = vectors
+        return GroupNormFacts(groups=channels, epsilon=float(m.inorm.attr("epsilon", 1e-5)),
+                              gamma=None if np.all(gamma == 1.0) else gamma,
+                              beta=None if np.all(beta == 0.0) else beta)
+
+    def rewrite(self, b: NodeBuilder, m: Match, facts: GroupNormFacts):
+        return emit_group_norm(b, m.x, facts)
+
+    def describe(self, m: Match, facts: GroupNormFacts) -> str:
+        return (f"InstanceNormalization, one group per channel ({facts.groups}), "
+                f"epsilon {facts.epsilon:g}")
+
+
 class GroupNormSilu(Rule):
     """GroupNormFused(x) · sigmoid(GroupNormFused(x))  ->  GroupNormFused(x, activation=silu)"""
 

@@ -134,3 +134,30 @@ def test_a_file_listing_its_nodes_out_of_order_is_doubted_the_same():
     inferred = {"arange": ("int64", (None,)), "shape": ("int64", (3,)),
                 "seq_len": ("int64", ())}
     assert ranks_that_vary(graph, inferred) == {"u", "e", "y"}
+
+
+def _count_then_expand(axes: list[str]) -> onnx.GraphProto:
+    """``Expand(x, ReduceSum(Cast(Reshape(mask, [-1]))))``, keepdims: dynamo's count of a
+    boolean index, a 1-element target whatever the mask (``axes``: the reduction's inputs)."""
+    nodes = [
+        helper.make_node("Reshape", ["mask", "minus_one"], ["flat"]),
+        helper.make_node("Cast", ["flat"], ["ints"], to=TensorProto.INT64),
+        helper.make_node("ReduceSum", ["ints", *axes], ["count"], keepdims=1),
+        helper.make_node("Expand", ["x", "count"], ["y"]),
+    ]
+    return helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("mask", TensorProto.BOOL, ["batch", "seq"]),
+                     helper.make_tensor_value_info("x", TensorProto.FLOAT, [1]),
+                     helper.make_tensor_value_info("r", TensorProto.INT64, ["n"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [helper.make_tensor("minus_one", TensorProto.INT64, [1], [-1]),
+         helper.make_tensor("axis0", TensorProto.INT64, [1], [0])])
+
+
+def test_a_reduction_that_keeps_its_axes_has_a_fixed_length():
+    assert ranks_that_vary(_count_then_expand([]), {}) == set()
+    assert ranks_that_vary(_count_then_expand(["axis0"]), {}) == set()
+
+
+def test_a_reduction_over_computed_axes_may_vary():
+    assert ranks_that_vary(_count_then_expand(["r"]), {}) == {"y"}

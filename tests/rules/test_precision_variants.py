@@ -61,8 +61,24 @@ def to_int8(src, dst) -> None:
         pytest.skip(f"quantize_dynamic cannot process {src.name}: {str(e).splitlines()[0][:120]}")
 
 
+# Variants that rightly fuse less than their originals.
+FEWER_FUSED = {
+    # The converter clamps DeBERTa's masked_fill value (float32's lowest) to -10000: a fill
+    # that no longer swamps the scores, so it stays a Where (normalize/where_to_additive needs
+    # <= -1e30) and attention is refused; as an additive mask it would change fully masked rows.
+    ("deberta_v2", "to_float16"): "masked_fill clamped to -10000 is not an additive mask",
+    # The converter drops the exporter's value_info; onnxopt's own inference then gives the
+    # frame count the conv front end derives from the audio length a fresh symbol per Reshape,
+    # and K's and V's key counts are not proven equal (a shape-inference matter).
+    ("wav2vec2", "to_float16"): "frame counts of K and V not proven equal without value_info",
+    ("hubert", "to_float16"): "frame counts of K and V not proven equal without value_info",
+}
+
+
 @pytest.mark.parametrize("convert", [to_float16, to_int8], ids=["float16", "int8"])
 def test_variant_fuses_like_the_original(model_path, tmp_path, convert):
+    if (reason := FEWER_FUSED.get((model_path.name.split(".")[0], convert.__name__))):
+        pytest.xfail(reason)
     variant = tmp_path / f"variant.{convert.__name__}.onnx"
     convert(model_path, variant)
     ort.InferenceSession(str(variant), providers=["CPUExecutionProvider"])

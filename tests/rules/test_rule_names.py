@@ -32,14 +32,16 @@ def test_every_rule_has_a_name_of_its_own():
     names = [r.name for r in all_rules()]
     assert len(names) == len(set(names))
     spellings = {r.name: r.family for r in all_rules() if r.name != r.family}
-    assert spellings == {"layer_norm_op": "layer_norm", "group_norm_op": "group_norm"}
+    assert spellings == {"layer_norm_op": "layer_norm", "group_norm_op": "group_norm",
+                         "group_norm_per_channel": "group_norm",
+                         "single_query_attention": "attention"}
 
 
 def test_a_family_switches_every_spelling():
     only = selected_rules(OptimizeOptions(only=frozenset({"layer_norm"})))
     assert [r.name for r in only] == ["layer_norm_op", "layer_norm"]
     kept = selected_rules(OptimizeOptions(disable=frozenset({"group_norm"})))
-    assert not {"group_norm", "group_norm_op"} & {r.name for r in kept}
+    assert not {"group_norm", "group_norm_op", "group_norm_per_channel"} & {r.name for r in kept}
     assert "group_norm_silu" in {r.name for r in kept}
     one = selected_rules(OptimizeOptions(disable=frozenset({"layer_norm_op"})))
     assert {r.name for r in one if r.family == "layer_norm"} == {"layer_norm"}
