@@ -64,7 +64,11 @@ from onnxopt.select.kernel import Backend, Kernel, Requires
 
 CUDA_ONLY = frozenset({"CUDAExecutionProvider"})
 ATTENTION_MASKS = frozenset({MaskKind.NONE, MaskKind.CAUSAL, MaskKind.KEY_PADDING,
-                             MaskKind.CAUSAL | MaskKind.KEY_PADDING, MaskKind.ADDITIVE})
+                             MaskKind.CAUSAL | MaskKind.KEY_PADDING, MaskKind.ADDITIVE,
+                             # bands: the kernel builds them from ``window`` (tiles outside skipped)
+                             MaskKind.CAUSAL | MaskKind.WINDOW, MaskKind.WINDOW,
+                             MaskKind.CAUSAL | MaskKind.KEY_PADDING | MaskKind.WINDOW,
+                             MaskKind.KEY_PADDING | MaskKind.WINDOW})
 _ONNX_TYPE = {"float32": TensorProto.FLOAT, "float16": TensorProto.FLOAT16,
               "bfloat16": TensorProto.BFLOAT16}
 
@@ -201,7 +205,8 @@ def _emit_attention(b, node: Node, attrs: AttentionAttrs, target: Target) -> lis
     elif kind is MaskKind.ADDITIVE:
         bias = _as_dtype(b, ATTENTION.input(node, "mask"), q.dtype)
     out = b.op("FlashAttention", q, k, v, bias, kv_start, kv_end, domain=DOMAIN,
-               scale=attrs.scale, causal=int(attrs.causal))
+               scale=attrs.scale, causal=int(attrs.causal),
+               **({"window": attrs.window} if attrs.window else {}))
     return [out]
 
 
