@@ -2,6 +2,7 @@
 
     python benchmarks/sliding_window.py
     python benchmarks/sliding_window.py --seq 2048 --window 256 --runs 3 --exporter dynamo
+    python benchmarks/sliding_window.py --core --runs 7     # one attention node, block counts
 
 Builds a mid-size Mistral (hidden 512, 8 heads of 64, 4 key/value heads, ``--layers``
 layers, MLP 2048, vocab 8192; random weights, seeded) whose ``sliding_window`` is
@@ -15,7 +16,15 @@ intra-op thread and ``allow_spinning`` off, at batch 1 and ``--seq`` tokens (no 
   fails), default opt_level;
 - ``onnxscript``: ``onnxscript.rewriter.ort_fusions.optimize_for_ort``;
 - ``onnxopt``: ``onnxopt optimize --target cpu`` (the band proved, the query blocks reading
-  only the keys within the window).
+  only the keys within the window);
+- ``onnxopt-noband``: the same with the query blocks reading every key up to their last row
+  (the causal blocks as before issue 33), to show what skipping the keys outside the band
+  is worth.
+
+``--core``: one ``AttentionFused`` node instead (8 heads of 64, the band's additive mask of
+``window - 1`` keys before the query) bound to the plain decomposition, to the query blocks
+reading every key before their rows, and to the band's blocks at several block sizes
+(onnxopt's choice among them), interleaved the same way.
 
 The variants run interleaved (one run of each per round, the order rotated every round)
 after one warm-up run each; the figure is the median of ``--runs`` rounds, and the table
@@ -40,7 +49,7 @@ ROOT = Path(__file__).resolve().parent.parent
 WORK = ROOT / "benchmarks" / "_work" / "sliding_window"
 CONFIG = {"hidden_size": 512, "num_attention_heads": 8, "num_key_value_heads": 4,
           "intermediate_size": 2048, "vocab_size": 8192}
-VARIANTS = ("original", "ort-opt", "onnxscript", "onnxopt")
+VARIANTS = ("original", "ort-opt", "onnxscript", "onnxopt", "onnxopt-noband")
 
 
 def export(path: Path, exporter: str, layers: int, window: int, max_pos: int) -> None:
@@ -101,7 +110,34 @@ def onnxopt(src: Path, dst: Path) -> str:
     return str((data.get("select") or {}).get("chosen", {}))
 
 
+def onnxopt_without_band_skip(src: Path, dst: Path) -> str:
+    """onnxopt's output with the query blocks of the causal mask: every key up to the block's
+    last row (the band's keys before the window are read, and masked)."""
+    import onnx
+
+    from onnxopt.options import OptimizeOptions
+    from onnxopt.pipeline import run_pipeline
+    from onnxopt.select import causal_blocks
+
+    saved = causal_blocks._block_keys
+
+    def every_key(b, body, attrs, start, end, offset, zero):
+        return zero, body.op("Add", end, offset)
+
+    causal_blocks._block_keys = every_key
+    try:
+        result = run_pipeline(onnx.load(str(src)), OptimizeOptions(target="cpu"))
+    finally:
+        causal_blocks._block_keys = saved
+    onnx.save_model(result.proto, str(dst))
+    return str(result.report.stages["select"].chosen_counts())
+
+
 def session(path: Path):
+    return _session_of(str(path))
+
+
+def _session_of(model):
     import onnxruntime as ort
 
     so = ort.SessionOptions()
@@ -111,7 +147,94 @@ def session(path: Path):
     so.add_session_config_entry("session.intra_op.allow_spinning", "0")
     so.add_session_config_entry("session.inter_op.allow_spinning", "0")
     so.log_severity_level = 3
-    return ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+    return ort.InferenceSession(model, so, providers=["CPUExecutionProvider"])
+
+
+CORE = """<ir_version: 8, opset_import: ["": 18, "ai.onnxopt": 1]>
+g (float[B,8,S,64] q, float[B,8,S,64] k, float[B,8,S,64] v, float[B,1,S,S] m, int64[B,S] am)
+    => (float[B,8,S,64] o) {{
+  o = ai.onnxopt.AttentionFused <num_heads=8, kv_num_heads=8, scale=0.125, head_size=64,
+        causal=1, mask_kind="causal+key_padding+window", window={window}> (q, k, v, m, am)
+}}"""
+
+
+def core_session(window: int, kernel_name: str, block_rows: int | None = None,
+                 band: bool = True):
+    """One node bound to ``kernel_name``; ``block_rows`` overrides the band's block size,
+    ``band=False`` reads every key up to each block's last row."""
+    import onnx.parser
+
+    from onnxopt import select
+    from onnxopt.exporter import export_model
+    from onnxopt.importer import import_model
+    from onnxopt.legality.target import run_target
+    from onnxopt.options import OptimizeOptions
+    from onnxopt.select import causal_blocks as cb
+    from onnxopt.select.registry import default_registry
+
+    kernel = next(k for k in default_registry() if k.name == kernel_name)
+    saved = cb._block_keys, cb.i64, cb.MAX_BAND_BLOCKS
+
+    def every_key(b, body, attrs, start, end, offset, zero):
+        return zero, body.op("Add", end, offset)
+
+    def rows_i64(b, values, name):
+        return saved[1](b, [block_rows] if name == "band_block_rows" else values, name)
+
+    if not band:
+        cb._block_keys = every_key
+    if block_rows:
+        cb.i64, cb.MAX_BAND_BLOCKS = rows_i64, 1 << 20
+    try:
+        model = import_model(onnx.parser.parse_model(CORE.format(window=window)))
+        options = OptimizeOptions(target="cpu")
+        select.run(model, options, run_target(options, model.opset), registry=[kernel])
+        proto = export_model(model)
+    finally:
+        cb._block_keys, cb.i64, cb.MAX_BAND_BLOCKS = saved
+    return _session_of(proto.SerializeToString())
+
+
+def core(seq: int, window: int, runs: int) -> None:
+    from onnxopt.select.causal_blocks import MAX_BAND_BLOCKS, MIN_BAND_BLOCK_ROWS
+
+    w = window - 1  # the fused op's window: keys before the query
+    blocks = "decompose.AttentionFused.causal_blocks"
+    chosen = max(w // 4, MIN_BAND_BLOCK_ROWS)
+    variants = {"whole rows": core_session(w, "decompose.AttentionFused"),
+                "causal blocks (every key)": core_session(w, blocks, band=False)}
+    for rows in sorted({w, w // 2, w // 4, w // 8, chosen}, reverse=True):
+        if rows >= 8:
+            mark = " (onnxopt)" if rows == chosen and seq // rows <= MAX_BAND_BLOCKS else ""
+            variants[f"band, {rows}-row blocks{mark}"] = core_session(w, blocks, rows)
+    rng = np.random.default_rng(0)
+    i, j = np.arange(seq)[:, None], np.arange(seq)[None]
+    feeds = {n: rng.standard_normal((1, 8, seq, 64)).astype(np.float32) for n in "qkv"}
+    feeds["m"] = np.where((j > i) | (j < i - w), np.finfo(np.float32).min,
+                          0).astype(np.float32)[None, None]
+    feeds["am"] = np.ones((1, seq), np.int64)
+    _timed(variants, feeds, runs, f"one AttentionFused node: batch 1, seq {seq}, window "
+           f"{window}, 8 heads of 64", "whole rows")
+
+
+def _timed(sessions: dict, feeds: dict, runs: int, title: str, base: str) -> None:
+    names = list(sessions)
+    outputs = {v: sessions[v].run(None, feeds)[0] for v in names}  # the warm-up run
+    times: dict[str, list[float]] = {v: [] for v in names}
+    for r in range(runs):
+        for v in names[r % len(names):] + names[:r % len(names)]:
+            start = time.perf_counter()
+            sessions[v].run(None, feeds)
+            times[v].append(time.perf_counter() - start)
+    want = outputs[base]
+    median = {v: statistics.median(times[v]) for v in names}
+    print(f"\n{title}; {runs} interleaved rounds, {platform.machine()}, "
+          f"{time.strftime('%Y-%m-%d', time.gmtime())}")
+    print(f"| variant | median ms | speed vs {base} | max rel err |")
+    print("|---|---:|---:|---:|")
+    for v in names:
+        err = float(np.abs(outputs[v] - want).max() / np.abs(want).max())
+        print(f"| {v} | {median[v] * 1e3:.0f} | {median[base] / median[v]:.2f}x | {err:.1e} |")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -122,7 +245,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--layers", type=int, default=2)
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--exporter", choices=["ts", "dynamo"], default="dynamo")
+    ap.add_argument("--core", action="store_true", help="one attention node, block sizes")
     args = ap.parse_args(argv)
+    if args.core:
+        core(args.seq, args.window, args.runs)
+        return 0
 
     WORK.mkdir(parents=True, exist_ok=True)
     tag = f"mistral_w{args.window}_l{args.layers}.{args.exporter}"
@@ -131,7 +258,8 @@ def main(argv: list[str] | None = None) -> int:
     if not files["original"].exists():
         export(files["original"], args.exporter, args.layers, args.window,
                max(4096, 2 * args.seq))
-    makers = {"ort-opt": ort_optimizer, "onnxscript": onnxscript_rewriter, "onnxopt": onnxopt}
+    makers = {"ort-opt": ort_optimizer, "onnxscript": onnxscript_rewriter, "onnxopt": onnxopt,
+              "onnxopt-noband": onnxopt_without_band_skip}
     for variant, make in makers.items():
         start = time.perf_counter()
         try:
@@ -146,24 +274,8 @@ def main(argv: list[str] | None = None) -> int:
     rng = np.random.default_rng(0)
     feeds = {"input_ids": rng.integers(2, CONFIG["vocab_size"], (1, args.seq), dtype=np.int64),
              "attention_mask": np.ones((1, args.seq), np.int64)}
-    outputs = {v: sessions[v].run(None, feeds)[0] for v in names}  # the warm-up run
-    times: dict[str, list[float]] = {v: [] for v in names}
-    for r in range(args.runs):
-        for v in names[r % len(names):] + names[:r % len(names)]:
-            start = time.perf_counter()
-            sessions[v].run(None, feeds)
-            times[v].append(time.perf_counter() - start)
-    want = outputs["original"]
-    median = {v: statistics.median(times[v]) for v in names}
-    print(f"\n{tag}: batch 1, seq {args.seq}, window {args.window}, {args.runs} interleaved "
-          f"rounds, {platform.processor() or platform.machine()}, "
-          f"{time.strftime('%Y-%m-%d', time.gmtime())}")
-    print("| variant | median ms | speed vs original | max rel err |")
-    print("|---|---:|---:|---:|")
-    for v in names:
-        err = float(np.abs(outputs[v] - want).max() / np.abs(want).max())
-        print(f"| {v} | {median[v] * 1e3:.0f} | {median['original'] / median[v]:.2f}x "
-              f"| {err:.1e} |")
+    _timed(sessions, feeds, args.runs, f"{tag}: batch 1, seq {args.seq}, window {args.window}",
+           "original")
     return 0
 
 
