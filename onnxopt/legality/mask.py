@@ -53,7 +53,7 @@ BAND_NOT_CARRIED = Refusal("mask_band_not_carried", "the mask is a band with dif
 # w keys needs a sequence of w + 2): a [1, 1, S, S] probe of 4,098² is some 17 M elements.
 REACH_CAP = 4096
 REACH_OPS = frozenset({"Add", "Sub", "Less", "LessOrEqual", "Greater", "GreaterOrEqual", "Min",
-                       "Max", "Clip"})
+                       "Max", "Clip", "Trilu"})
 
 
 @dataclass(frozen=True)
@@ -224,8 +224,8 @@ def _classify_constant(mask: Value) -> MaskInfo:
     tri = np.triu(np.ones(plane.shape, dtype=bool), 1)
     looks = plane.shape[0] > 1 and any(np.array_equal(plane, t) for t in (
         tri, tri.T, np.tril(np.ones(plane.shape, dtype=bool), -1), ~tri))
-    if isinstance(band, tuple) and band[0]:  # a constant holds one size: what it is, it is
-        return MaskInfo(causal=True, window=band[1], looks_causal=True)
+    if isinstance(band, tuple) and any(band):  # a constant holds one size: what it is, it is
+        return MaskInfo(causal=band[0], window=band[1], looks_causal=True)
     reason = NOT_CAUSAL if looks else None
     return MaskInfo(looks_causal=looks, reason=reason)
 

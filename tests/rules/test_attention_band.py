@@ -95,6 +95,43 @@ def test_a_band_is_proved_and_carried(make_model, w, w2, causal, kind):
     assert verify_models(proto, result.proto).ok
 
 
+TRILU_BAND = """
+g (float[batch, 4, seq, 16] q, float[batch, 4, seq, 16] k, float[batch, 4, seq, 16] v)
+  => (float[batch, 4, seq, 16] o) {{
+    shape = Shape (q)
+    two = Constant <value = int64[1] {{2}}> ()
+    three = Constant <value = int64[1] {{3}}> ()
+    n = Slice (shape, two, three)
+    square = Concat <axis = 0> (n, n)
+    ones = ConstantOfShape <value = float[1] {{1}}> (square)
+    w = Constant <value = int64 {{{w}}}> ()
+    below = Trilu <upper = 0> (ones)
+    band = Trilu <upper = 1> (below, w)
+    zero = Constant <value = float {{0}}> ()
+    hidden = Equal (band, zero)
+    big = Constant <value = float {{-1e9}}> ()
+    m = Where (hidden, big, zero)
+    kt = Transpose <perm = [0, 1, 3, 2]> (k)
+    s = MatMul (q, kt)
+    c = Constant <value = float {{0.25}}> ()
+    ss = Mul (s, c)
+    a = Add (ss, m)
+    p = Softmax <axis = -1> (a)
+    o = MatMul (p, v)
+}}
+"""
+
+
+@pytest.mark.parametrize("w", [-3, -20])
+def test_a_band_of_triangles_is_proved(make_model, w):
+    """``triu(tril(ones), -w)``: the window is Trilu's ``k``, probed past as any constant."""
+    proto = make_model(TRILU_BAND.format(w=w))
+    (node,) = _fused_node(proto)
+    assert node.attr("mask_kind") == "causal+window" and node.attr("window") == -w
+    result, _ = _regions(proto)
+    assert verify_models(proto, result.proto).ok
+
+
 def test_a_window_wider_than_every_probe_cap_claims_nothing(make_model):
     """A window too long to probe past: the probes see a triangle, but a triangle is what a
     band looks like below its width, so no structure is claimed; the mask stays the exact
