@@ -67,3 +67,15 @@ def test_keys_outside_the_band_are_not_read(bind_text, rel_err):
     whole = bind_text(text, "decompose.AttentionFused").run(f)[0]
     assert rel_err(blocks, whole) > 1e-3
 
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_ort_attention_takes_the_band_as_its_exact_mask(check_kernel, causal):
+    """MultiHeadAttention (heads repeated for GQA) adds the band's exact additive mask like
+    the decomposition: nothing is dropped, nothing to refuse."""
+    check_kernel(band_attention(causal), "ort.MultiHeadAttention.repeat_kv",
+                 band_feeds(2, 70, causal))
+
+
+def test_onnx_attention_takes_the_band_as_its_exact_mask(check_kernel):
+    check_kernel(band_attention(True), "onnx.Attention-23", band_feeds(2, 70, True), opset=23)
