@@ -24,8 +24,9 @@ that *some* tile fits every GPU the kernel runs on (the smallest per-block share
 the device table), or the target's own limit when it states one.
 
 Masks: attention takes per-row key ranges (left and right padding), a broadcastable additive
-bias and causal masking, so every mask kind the attention rule proves (none, causal,
-key_padding, causal+key_padding, additive) runs. Key padding becomes ``kv_start``/``kv_end``
+bias, causal masking and bands (``window``: sliding-window and local attention, key tiles
+outside the band skipped), so every mask kind the attention rule proves (none, causal,
+key_padding, additive, and each with a window) runs. Key padding becomes ``kv_start``/``kv_end``
 (first kept key, last kept key + 1; tiles outside are skipped) plus the padding as a
 ``[B, 1, 1, Skv]`` bias of ``0``/``-inf`` (exact even for a mask with holes); any other mask
 is passed as the bias itself.
