@@ -3,6 +3,7 @@
     python benchmarks/sliding_window.py
     python benchmarks/sliding_window.py --seq 2048 --window 256 --runs 3 --exporter dynamo
     python benchmarks/sliding_window.py --core --runs 7     # one attention node, block counts
+    python benchmarks/sliding_window.py --families          # coverage: 4 families x 2 x 2
 
 Builds a mid-size Mistral (hidden 512, 8 heads of 64, 4 key/value heads, ``--layers``
 layers, MLP 2048, vocab 8192; random weights, seeded) whose ``sliding_window`` is
@@ -25,6 +26,13 @@ intra-op thread and ``allow_spinning`` off, at batch 1 and ``--seq`` tokens (no 
 ``window - 1`` keys before the query) bound to the plain decomposition, to the query blocks
 reading every key before their rows, and to the band's blocks at several block sizes
 (onnxopt's choice among them), interleaved the same way.
+
+``--families``: coverage, not speed. Small sliding-window and local-attention models of four
+families (Mistral ``sliding_window=6``; Qwen2 ``use_sliding_window`` with its second layer
+sliding; Gemma 2 with ``sliding_window=6``, its layers alternating; ModernBERT with
+``local_attention=8``, ``|i - j| <= 4``), with eager and SDPA attention, each exported with
+both exporters, optimized, and compared with the original at 4, 8 and 16 tokens (below and
+above the window), batch 1 and 2, right padding.
 
 The variants run interleaved (one run of each per round, the order rotated every round)
 after one warm-up run each; the figure is the median of ``--runs`` rounds, and the table
@@ -237,6 +245,85 @@ def _timed(sessions: dict, feeds: dict, runs: int, title: str, base: str) -> Non
         print(f"| {v} | {median[v] * 1e3:.0f} | {median[base] / median[v]:.2f}x | {err:.1e} |")
 
 
+def _family_models():
+    """name -> (builder(attn), output) of the small band models ``--families`` exports."""
+    sys.path.insert(0, str(ROOT / "models"))
+    import export as E
+
+    def qwen2(attn):
+        from transformers import Qwen2Config, Qwen2ForCausalLM
+
+        cfg = Qwen2Config(vocab_size=E.VOCAB, hidden_size=E.HIDDEN, num_hidden_layers=2,
+                          num_attention_heads=E.HEADS, num_key_value_heads=E.KV_HEADS,
+                          intermediate_size=E.INTERMEDIATE, max_position_embeddings=E.MAX_POS,
+                          use_sliding_window=True, sliding_window=6, max_window_layers=1,
+                          use_cache=False, tie_word_embeddings=False)
+        cfg._attn_implementation = attn
+        return Qwen2ForCausalLM(cfg)
+
+    def gemma2(attn):
+        from transformers import Gemma2Config, Gemma2ForCausalLM
+
+        cfg = Gemma2Config(vocab_size=E.VOCAB, hidden_size=E.HIDDEN, num_hidden_layers=2,
+                           num_attention_heads=E.HEADS, num_key_value_heads=1, head_dim=16,
+                           intermediate_size=E.INTERMEDIATE, max_position_embeddings=E.MAX_POS,
+                           sliding_window=6, use_cache=False)
+        cfg._attn_implementation = attn
+        return Gemma2ForCausalLM(cfg)
+
+    def modernbert(attn):
+        from transformers import ModernBertConfig, ModernBertModel
+
+        cfg = ModernBertConfig(vocab_size=E.VOCAB, hidden_size=E.HIDDEN, num_hidden_layers=3,
+                               num_attention_heads=E.HEADS, intermediate_size=E.INTERMEDIATE,
+                               max_position_embeddings=E.MAX_POS, local_attention=8,
+                               pad_token_id=0)
+        cfg._attn_implementation = attn
+        return ModernBertModel(cfg)
+
+    return E, {"mistral": (E._mistral_sliding, "logits"), "qwen2": (qwen2, "logits"),
+               "gemma2": (gemma2, "logits"), "modernbert": (modernbert, "last_hidden_state")}
+
+
+def families() -> None:
+    import torch
+
+    from onnxopt.options import OptimizeOptions
+    from onnxopt.pipeline import run_pipeline
+
+    E, models = _family_models()
+    print("| family | attention | exporter | fused | masks proved | max rel err |")
+    print("|---|---|---|---|---|---|")
+    for name, (build, output) in models.items():
+        for attn in ("eager", "sdpa"):
+            for tag, export_fn in (("ts", E.export_ts), ("dynamo", E.export_dynamo)):
+                row = f"| {name} | {attn} | {tag} |"
+                try:
+                    spec = E.Spec(name, build, name, attn, "text", output, True)
+                    torch.manual_seed(0)
+                    model = E.build(spec)
+                    proto = export_fn(spec, model)
+                except Exception as e:  # noqa: BLE001 - a family that does not export
+                    print(f"{row} does not export: {str(e).splitlines()[0][:90]} | | |")
+                    continue
+                result = run_pipeline(proto, OptimizeOptions(target="cpu"))
+                regions = [r for r in result.report.stages["fuse"].regions
+                           if r.rule == "attention"]
+                kinds = [r.detail.split("mask ")[-1] if r.status == "fused" else r.code
+                         for r in regions]
+                a, b = (_session_of(p.SerializeToString()) for p in (proto, result.proto))
+                worst = 0.0
+                for seq in (4, 8, 16):
+                    for batch in (1, 2):
+                        f = {k: v.numpy() for k, v in
+                             E.make_inputs(spec, batch, seq, pad=True).items()}
+                        x, y = a.run(None, f)[0], b.run(None, f)[0]
+                        worst = max(worst, float(np.abs(x - y).max() / np.abs(x).max()))
+                fused = sum(r.status == "fused" for r in regions)
+                print(f"{row} {fused}/{len(regions)} | {'; '.join(kinds)} | {worst:.1e} |",
+                      flush=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -246,7 +333,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--exporter", choices=["ts", "dynamo"], default="dynamo")
     ap.add_argument("--core", action="store_true", help="one attention node, block sizes")
+    ap.add_argument("--families", action="store_true", help="coverage of 4 band families")
     args = ap.parse_args(argv)
+    if args.families:
+        families()
+        return 0
     if args.core:
         core(args.seq, args.window, args.runs)
         return 0
