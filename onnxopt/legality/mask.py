@@ -52,6 +52,7 @@ BAND_NOT_CARRIED = Refusal("mask_band_not_carried", "the mask is a band with dif
 # Integer constants of the mask's construction up to this are probed just past (a window of
 # w keys needs a sequence of w + 2): a [1, 1, S, S] probe of 4,098² is some 17 M elements.
 REACH_CAP = 4096
+REACH_ELEMENTS = 1 << 26  # nor a probe whose mask (per-head planes included) is larger
 REACH_OPS = frozenset({"Add", "Sub", "Less", "LessOrEqual", "Greater", "GreaterOrEqual", "Min",
                        "Max", "Clip", "Trilu"})
 
@@ -109,8 +110,9 @@ def classify_mask(model: Model, mask: Value, batch_dim, key_dim, query_dim) -> M
         return MaskInfo(looks_causal=looks_causal, reason=Refusal(
             "mask_not_cut_out", "the mask's subgraph cannot be cut out"))
     reach = reach_probe_size(nodes)
-    if reach is not None and reach > REACH_CAP + 2:  # a window too long to probe: no claim
-        return MaskInfo(looks_causal=looks_causal)
+    planes = int(np.prod([d for d in (mask.shape or ())[1:-2] if isinstance(d, int)]))
+    if reach is not None and (reach > REACH_CAP + 2 or planes * reach * reach > REACH_ELEMENTS):
+        return MaskInfo(looks_causal=looks_causal)  # a window too long to probe: no claim
     sizes = PROBE_SIZES + (((1, reach),) if reach else ())
     try:
         verdict = ort_helper.ask(_probe, proto, [_Fed.of(v) for v in inputs],

@@ -18,7 +18,9 @@ mask itself may drop it. Rank-3 inputs ``[X, S, D]`` are single-head.
 ``i`` (at position ``p = i + Skv − Sq``) sees only keys ``p − window ≤ j ≤ p`` when causal
 (sliding-window attention: Mistral's ``sliding_window`` is ``window + 1``), ``|p − j| ≤
 window`` when not (local attention). Like ``causal`` it describes the exact mask input: a
-kernel may skip the keys outside the band, or build the band itself.
+kernel may skip the keys outside the band, or build the band itself. A window as long as the
+keys or longer hides nothing more: at such lengths the op is plain causal attention (or
+unmasked), and every kernel's band arithmetic reduces to that (no special case).
 
 ``nan_to_zero``: rows whose every key is masked give 0 instead of NaN (what
 PyTorch's SDPA export does with ``Where(IsNaN(p), 0, p)``).
