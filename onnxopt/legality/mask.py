@@ -138,17 +138,23 @@ def classify_mask(model: Model, mask: Value, batch_dim, key_dim, query_dim) -> M
 
 def reach_probe_size(nodes) -> int | None:
     """The sequence length past every integer constant the mask's arithmetic and comparisons
-    read that the fixed probes do not reach (a sliding window is such a constant), or None."""
+    read that the fixed probes do not reach (a sliding window is such a constant), or None.
+    Integral float constants count too (positions compared as floats), up to
+    :data:`REACH_CAP`: larger ones are masking values (-1e4, the float minimum), not windows."""
     longest = max(PROBE_SIZES, key=lambda size: size[1])[1]
     reach = None
     for n in nodes:
         if n.op_type not in REACH_OPS:
             continue
         for v in n.inputs:
-            if v is None or v.const is None or v.const.size != 1 or v.dtype not in (
-                    "int64", "int32"):
+            if v is None or v.const is None or v.const.size != 1:
                 continue
-            value = abs(int(v.const.numpy().reshape(-1)[0]))
+            number = float(np.asarray(v.const.numpy(), np.float64).reshape(-1)[0])
+            if v.dtype not in ("int64", "int32") and not (
+                    v.dtype in ("float32", "float16", "float64") and number.is_integer()
+                    and abs(number) <= REACH_CAP):
+                continue
+            value = int(abs(number)) if np.isfinite(number) else 0
             if value + 2 > longest:
                 reach = max(reach or 0, value + 2)
     return reach
@@ -270,17 +276,18 @@ class _Side:
 
 
 def _band(masked: np.ndarray):
-    """What one probe's masked positions are: "none" (nothing masked), the band's two sides
+    """What one probe's masked positions are: "none" (nothing masked, more queries than keys),
+    the band's two sides
     ``(before, after)`` (:class:`_Side`; a causal mask is a band with ``after`` exactly 0 and
     ``before`` unbounded), or False (not a band: a row that does not see its own position or
     one contiguous run of keys, rows of different widths, planes that differ)."""
-    if not masked.any():
-        return "none"
+    sq, skv = masked.shape[-2:]
+    if not masked.any():  # every key visible: both sides at least as wide as the keys
+        return (_Side(None, skv - 1), _Side(None, sq - 1)) if skv >= sq else "none"
     planes = masked.reshape(-1, *masked.shape[-2:])
     if not (planes == planes[:1]).all():
         return False
     visible = ~planes[0]
-    sq, skv = visible.shape
     before: set[int] = set()
     after: set[int] = set()
     reached_before = reached_after = 0
@@ -328,6 +335,8 @@ def _band_of_votes(votes) -> Refusal | tuple[bool, int]:
             return NOT_CAUSAL
         widths.append(width)
     before, after = widths
+    if before is None and after is None:
+        return False, 0  # nothing masked at any size
     if after == 0:
         return True, before or 0  # causal: a window, or the whole triangle
     if before is not None and before == after and before > 0:
