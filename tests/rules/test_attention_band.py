@@ -232,3 +232,13 @@ def _session(proto):
     options.log_severity_level = 3
     return ort.InferenceSession(proto.SerializeToString(), options,
                                 providers=["CPUExecutionProvider"])
+
+
+def test_a_probe_past_the_window_too_large_to_run_claims_nothing(make_model, monkeypatch):
+    """The probe past a window holds (planes x reach²) elements; above REACH_ELEMENTS it does
+    not run, and the mask's structure is not claimed (it stays exact and additive)."""
+    from onnxopt.legality import mask
+
+    monkeypatch.setattr(mask, "REACH_ELEMENTS", 21 * 21)  # the window of 20 needs 22²
+    (node,) = _fused_node(make_model(BAND.format(w=20, w2=0, hidden=TWO_SIDED)))
+    assert node.attr("mask_kind") == "additive" and node.attr("window") == 0
