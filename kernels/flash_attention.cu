@@ -9,6 +9,10 @@
 //   padding); either pointer may be null (0 / Skv); both are clamped to [0, Skv].
 //   Causal: query i sees key j iff j <= i + off[b], off = causal_off[b] when that pointer is
 //   given (key/value caches whose diagonal is not bottom-right), else Skv - Sq (bottom-right).
+//   Band (window > 0): query i also sees only keys j >= i + off - window, and when not causal
+//   only keys j <= i + off + window (sliding-window and local attention); key tiles wholly
+//   outside the band of a block's rows are never loaded, so the work per query row is bounded
+//   by the window, not by Skv.
 //   bias: an additive float bias of dtype T broadcast to [B, H, Sq, Skv] through element strides
 //   (0 on broadcast axes), or null: relative-position / ALiBi biases, any additive mask. A bias
 //   of -inf masks its key; finite values below -1e30 are clamped to -1e30 (so that the log2
@@ -153,16 +157,42 @@ struct Mask {
     int start, end;  // visible key range [start, end) of this batch row
     int off;         // causal: key j visible to query i iff j <= i + off
     int causal;
+    int window;      // > 0: a band, |i + off - j| <= window (and j <= i + off when causal)
+
+    // Key j is hidden from query i (beyond the key range, the diagonal or the band).
+    __device__ __forceinline__ bool hidden(int key, int qi) const {
+        const int pos = qi + off;
+        return key >= end || (causal && key > pos) ||
+               (window > 0 && (key < pos - window || (!causal && key > pos + window)));
+    }
+    // The keys some row of [q0, q0 + rows) may see: [*first, *last) within [start, end).
+    __device__ __forceinline__ void block_keys(int q0, int rows, int* first, int* last) const {
+        int lo = start, hi = end;
+        if (causal) hi = min(hi, q0 + rows - 1 + off + 1);
+        if (window > 0) {
+            lo = max(lo, q0 + off - window);
+            if (!causal) hi = min(hi, q0 + rows - 1 + off + window + 1);
+        }
+        *first = lo;
+        *last = hi;
+    }
+    // Whether key tile [n0, n0 + n) holds a key hidden from some row of [q0, q0 + rows).
+    __device__ __forceinline__ bool tile_needs_mask(int n0, int n, int q0, int rows) const {
+        return n0 + n > end || (causal && n0 + n - 1 > q0 + off) ||
+               (window > 0 && (n0 < q0 + rows - 1 + off - window ||
+                               (!causal && n0 + n - 1 > q0 + off + window)));
+    }
 };
 
 __device__ __forceinline__ Mask resolve_mask(const int* kv_start, const int* kv_end,
                                              const int* causal_off, int b, int Sq, int Skv,
-                                             int causal) {
+                                             int causal, int window) {
     Mask m;
     m.start = kv_start != nullptr ? min(max(kv_start[b], 0), Skv) : 0;
     m.end = kv_end != nullptr ? min(max(kv_end[b], m.start), Skv) : Skv;
     m.off = causal_off != nullptr ? causal_off[b] : Skv - Sq;
     m.causal = causal;
+    m.window = window > 0 ? window : 0;
     return m;
 }
 
@@ -228,7 +258,8 @@ __device__ __forceinline__ void tc_forward(const T* __restrict__ Q, const T* __r
                                            const int* __restrict__ kv_start,
                                            const int* __restrict__ kv_end,
                                            const int* __restrict__ causal_off, int H, int Hkv,
-                                           int Sq, int Skv, int D, float scale, int causal) {
+                                           int Sq, int Skv, int D, float scale, int causal,
+                                           int window) {
     using Cfg = TcCfg<T, DMAX, NWARPS, BN>;
     constexpr int BM = Cfg::BM;
     constexpr int LDS = Cfg::LDS;
@@ -261,11 +292,11 @@ __device__ __forceinline__ void tc_forward(const T* __restrict__ Q, const T* __r
     T* Ob = O + ((size_t)(b * H + h) * Sq + q0) * D;
     const T* Bb = bias != nullptr ? bias + b * bs.b + h * bs.h : nullptr;
 
-    const Mask mk = resolve_mask(kv_start, kv_end, causal_off, b, Sq, Skv, causal);
-    // Keys [mk.start, n_end) can be visible to some row of this block; tiles start at mk.start.
-    int n_end = mk.end;
-    if (causal) n_end = min(n_end, q0 + q_rows - 1 + mk.off + 1);
-    const int n_tiles = n_end > mk.start ? (n_end - mk.start + BN - 1) / BN : 0;
+    const Mask mk = resolve_mask(kv_start, kv_end, causal_off, b, Sq, Skv, causal, window);
+    // Keys [n_begin, n_end) can be visible to some row of this block; tiles start at n_begin.
+    int n_begin, n_end;
+    mk.block_keys(q0, q_rows, &n_begin, &n_end);
+    const int n_tiles = n_end > n_begin ? (n_end - n_begin + BN - 1) / BN : 0;
 
     if (n_tiles == 0) {  // every row fully masked: defined as 0
         const uint4 zero = make_uint4(0, 0, 0, 0);
@@ -275,10 +306,10 @@ __device__ __forceinline__ void tc_forward(const T* __restrict__ Q, const T* __r
     }
 
     // Prologue: Q and the first K/V tile in one group.
-    const int first_valid = min(BN, mk.end - mk.start);
+    const int first_valid = min(BN, mk.end - n_begin);
     load_tile_async<BM, DMAX, LDS, NT>(sQ, Qb, q_rows, D, tid);
-    load_tile_async<BN, DMAX, LDS, NT>(sKV, Kb + (size_t)mk.start * D, first_valid, D, tid);
-    load_tile_async<BN, DMAX, LDS, NT>(sKV + Cfg::KV_ELEMS, Vb + (size_t)mk.start * D,
+    load_tile_async<BN, DMAX, LDS, NT>(sKV, Kb + (size_t)n_begin * D, first_valid, D, tid);
+    load_tile_async<BN, DMAX, LDS, NT>(sKV + Cfg::KV_ELEMS, Vb + (size_t)n_begin * D,
                                        first_valid, D, tid);
     cp_async_commit();
     cp_async_wait_all();
@@ -303,7 +334,7 @@ __device__ __forceinline__ void tc_forward(const T* __restrict__ Q, const T* __r
     const int row0 = q0 + warp * 16 + g;  // query index of accumulator elements 0,1 (row0 + 8: 2,3)
 
     for (int t = 0; t < n_tiles; ++t) {
-        const int n0 = mk.start + t * BN;
+        const int n0 = n_begin + t * BN;
         if (t > 0) {
             cp_async_wait_all();  // this thread's copies of tile t have landed ...
             __syncthreads();      // ... everyone's too; and all warps finished tile t - 1
@@ -344,8 +375,7 @@ __device__ __forceinline__ void tc_forward(const T* __restrict__ Q, const T* __r
         }
 
         // Scale into the log2 domain, add the bias; mask only tiles that can hold a masked key.
-        const bool need_mask =
-            (n0 + BN > mk.end) || (causal && n0 + BN - 1 > q0 + mk.off);
+        const bool need_mask = mk.tile_needs_mask(n0, BN, q0, q_rows);
 #pragma unroll
         for (int j = 0; j < BN / 8; ++j) {
 #pragma unroll
@@ -353,7 +383,7 @@ __device__ __forceinline__ void tc_forward(const T* __restrict__ Q, const T* __r
                 float v = s[j][e] * scale_log2;
                 const int key = n0 + j * 8 + 2 * c + (e & 1);
                 const int qi = row0 + (e >> 1) * 8;
-                if (need_mask && (key >= mk.end || (causal && key > qi + mk.off))) {
+                if (need_mask && mk.hidden(key, qi)) {
                     v = -INFINITY;
                 } else if (Bb != nullptr && qi < Sq) {
                     v += bias_log2(Bb + qi * bs.q + key * bs.k);
@@ -480,7 +510,8 @@ __device__ __forceinline__ void simt_forward(const float* __restrict__ Q,
                                              const int* __restrict__ kv_start,
                                              const int* __restrict__ kv_end,
                                              const int* __restrict__ causal_off, int H, int Hkv,
-                                             int Sq, int Skv, int D, float scale, int causal) {
+                                             int Sq, int Skv, int D, float scale, int causal,
+                                             int window) {
     using Cfg = SimtCfg<DMAX, NWARPS, RPW>;
     constexpr int BM = Cfg::BM;
     constexpr int BN = Cfg::BN;
@@ -509,10 +540,10 @@ __device__ __forceinline__ void simt_forward(const float* __restrict__ Q,
     float* Ob = O + ((size_t)(b * H + h) * Sq + q0) * D;
     const float* Bb = bias != nullptr ? bias + b * bs.b + h * bs.h : nullptr;
 
-    const Mask mk = resolve_mask(kv_start, kv_end, causal_off, b, Sq, Skv, causal);
-    int n_end = mk.end;
-    if (causal) n_end = min(n_end, q0 + q_rows - 1 + mk.off + 1);
-    const int n_tiles = n_end > mk.start ? (n_end - mk.start + BN - 1) / BN : 0;
+    const Mask mk = resolve_mask(kv_start, kv_end, causal_off, b, Sq, Skv, causal, window);
+    int n_begin, n_end;
+    mk.block_keys(q0, q_rows, &n_begin, &n_end);
+    const int n_tiles = n_end > n_begin ? (n_end - n_begin + BN - 1) / BN : 0;
 
     for (int i = tid; i < BM * DMAX; i += NT) {
         const int r = i / DMAX, d = i % DMAX;
@@ -531,7 +562,7 @@ __device__ __forceinline__ void simt_forward(const float* __restrict__ Q,
     const float scale_log2 = scale * LOG2E;
 
     for (int t = 0; t < n_tiles; ++t) {
-        const int n0 = mk.start + t * BN;
+        const int n0 = n_begin + t * BN;
         __syncthreads();  // previous tile fully consumed (and sQ written, at t == 0)
         for (int i = tid; i < BN * DMAX; i += NT) {
             const int r = i / DMAX, d = i % DMAX;
@@ -555,7 +586,7 @@ __device__ __forceinline__ void simt_forward(const float* __restrict__ Q,
         for (int r = 0; r < RPW; ++r) {
             const int qi = q0 + warp * RPW + r;
             float v = s[r] * scale_log2;
-            if (key >= mk.end || (causal && key > qi + mk.off)) {
+            if (mk.hidden(key, qi)) {
                 v = -INFINITY;
             } else if (Bb != nullptr && qi < Sq) {
                 v += bias_log2(Bb + qi * bs.q + key * bs.k);
@@ -608,10 +639,10 @@ __device__ __forceinline__ void simt_forward(const float* __restrict__ Q,
         T *__restrict__ o, const T *__restrict__ bias, long long bias_sb, long long bias_sh,  \
         long long bias_sq, long long bias_sk, const int *__restrict__ kv_start,               \
         const int *__restrict__ kv_end, const int *__restrict__ causal_off, int H, int Hkv,   \
-        int Sq, int Skv, int D, float scale, int causal
+        int Sq, int Skv, int D, float scale, int causal, int window
 #define FA_ARGS                                                                               \
     q, k, v, o, bias, fa::BiasStrides{bias_sb, bias_sh, bias_sq, bias_sk}, kv_start, kv_end,  \
-        causal_off, H, Hkv, Sq, Skv, D, scale, causal
+        causal_off, H, Hkv, Sq, Skv, D, scale, causal, window
 
 // MINB: blocks per SM to fit in registers (__launch_bounds__ min blocks): 65536 / (32 * NWARPS *
 // MINB) registers per thread at most.

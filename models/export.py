@@ -497,6 +497,37 @@ SPECS: dict[str, Spec] = {
 }
 
 
+# --------------------------------------------------------------------------- sliding window
+# (issue 33) A Mistral whose sliding window (6 keys: the query and the 5 before it) is
+# shorter than the sequences the tests run (8 and 16) and longer than some (4): its masks
+# are a causal band, ``i - 6 < j <= i``, not a causal triangle.
+
+SLIDING_WINDOW = 6
+
+
+def _mistral_sliding(attn: str) -> nn.Module:
+    from transformers import MistralConfig, MistralForCausalLM
+
+    cfg = MistralConfig(
+        vocab_size=VOCAB,
+        hidden_size=HIDDEN,
+        num_hidden_layers=LAYERS,
+        num_attention_heads=HEADS,
+        num_key_value_heads=KV_HEADS,
+        intermediate_size=INTERMEDIATE,
+        max_position_embeddings=MAX_POS,
+        sliding_window=SLIDING_WINDOW,
+        use_cache=False,
+        tie_word_embeddings=False,
+    )
+    cfg._attn_implementation = attn
+    return MistralForCausalLM(cfg)
+
+
+SPECS["mistral_sw"] = Spec("mistral_sw", _mistral_sliding, "MistralForCausalLM", "sdpa", "text",
+                           "logits", True)
+
+
 def seed_for(spec: Spec) -> int:
     """Per-model seed, so that e.g. llama and mistral do not share weights."""
     return SEED + zlib.crc32(spec.name.encode()) % 10_000

@@ -10,6 +10,20 @@ A mask is *causal* when, with no padding, exactly the positions above the
 padding* from an input when masking follows that input's zeros. A mask whose
 construction looks triangular but fails the probe is reported as such, and
 attention over it is not fused.
+
+A *band* (sliding-window or local attention) is proved the same way: with the
+query's position ``p = i + Skv − Sq``, every row sees exactly the keys
+``p − w ≤ j ≤ p`` (causal band, Mistral's ``sliding_window = w + 1``) or
+``|p − j| ≤ w`` (symmetric band, ModernBERT's local layers), one ``w`` at every
+row and every size. A probe shorter than the window sees a plain triangle (or
+nothing masked), which only says ``w`` is at least that long, so where the
+mask's construction holds an integer constant longer than the probes (the
+window, as exporters write it) one more probe runs just past it
+(:func:`reach_probe_size`); a constant past :data:`REACH_CAP` cannot be probed,
+and then the mask's structure is not claimed (it stays an exact additive mask).
+A band of one width on one side and another on the other is refused
+(``mask_band_not_carried``); rows of different widths, or a triangle on the wrong side,
+are not a band (``mask_not_causal``).
 """
 
 from __future__ import annotations
@@ -34,6 +48,14 @@ HOLDS_BIAS = "the mask holds values between 0 and the masking range"
 PROBE_SIZES = ((2, 5), (1, 9), (3, 4))
 TRIANGULAR_OPS = frozenset({"Trilu", "Less", "LessOrEqual", "Greater", "GreaterOrEqual", "Range"})
 NOT_CAUSAL = Refusal("mask_not_causal", "the mask is built like a causal mask but is not causal")
+BAND_NOT_CARRIED = Refusal("mask_band_not_carried", "the mask is a band with different widths "
+                           "before and after the query (neither causal nor symmetric)")
+# Integer constants of the mask's construction up to this are probed just past (a window of
+# w keys needs a sequence of w + 2): a [1, 1, S, S] probe of 4,098² is some 17 M elements.
+REACH_CAP = 4096
+REACH_ELEMENTS = 1 << 26  # nor a probe whose mask (per-head planes included) is larger
+REACH_OPS = frozenset({"Add", "Sub", "Less", "LessOrEqual", "Greater", "GreaterOrEqual", "Min",
+                       "Max", "Clip", "Trilu"})
 
 
 @dataclass(frozen=True)
@@ -43,11 +65,13 @@ class MaskInfo:
     looks_causal: bool = False
     reason: Refusal | None = None  # why the probe could not classify it
     bias: bool = False  # it holds values between 0 and the masking range
+    window: int = 0  # a band: keys at most this far from the query's position (0: none)
 
     @property
     def kind(self) -> MaskKind:
         """What the probes proved, as the fused op states it (``ADDITIVE``: nothing)."""
         kind = (MaskKind.CAUSAL if self.causal else MaskKind.NONE) | (
+            MaskKind.WINDOW if self.window else MaskKind.NONE) | (
             MaskKind.KEY_PADDING if self.padding_input is not None else MaskKind.NONE)
         return kind or MaskKind.ADDITIVE
 
@@ -86,10 +110,15 @@ def classify_mask(model: Model, mask: Value, batch_dim, key_dim, query_dim) -> M
     if proto is None:
         return MaskInfo(looks_causal=looks_causal, reason=Refusal(
             "mask_not_cut_out", "the mask's subgraph cannot be cut out"))
+    reach = reach_probe_size(nodes)
+    planes = int(np.prod([d for d in (mask.shape or ())[1:-2] if isinstance(d, int)]))
+    if reach is not None and (reach > REACH_CAP + 2 or planes * reach * reach > REACH_ELEMENTS):
+        return MaskInfo(looks_causal=looks_causal)  # a window too long to probe: no claim
+    sizes = PROBE_SIZES + (((1, reach),) if reach else ())
     try:
         verdict = ort_helper.ask(_probe, proto, [_Fed.of(v) for v in inputs],
                                  [_ShapeFed.of_leaf(v) for v in shape_leaves],
-                                 [_Fed.of(v) for v in candidates])
+                                 [_Fed.of(v) for v in candidates], sizes)
     except NativeCrash as e:
         verdict = Refusal("mask_probe_crashed", f"ONNX Runtime {e}")
     if verdict == HOLDS_BIAS:
@@ -98,15 +127,38 @@ def classify_mask(model: Model, mask: Value, batch_dim, key_dim, query_dim) -> M
         verdict = Refusal("mask_not_evaluable", verdict)
     if isinstance(verdict, Refusal):
         return MaskInfo(looks_causal=looks_causal, reason=verdict)
-    causal_votes, pad_votes = verdict
+    band_votes, pad_votes = verdict
     padding = next((c for c in candidates if all(pad_votes[c.name])), None)
-    causal = all(v is True for v in causal_votes)
-    no_mask = all(v == "none" for v in causal_votes)
-    info_reason = None
-    if looks_causal and not causal and not no_mask:
-        info_reason = NOT_CAUSAL
-    return MaskInfo(causal=causal, padding_input=padding,
-                    looks_causal=looks_causal, reason=info_reason)
+    band = _band_of_votes(band_votes)
+    if isinstance(band, Refusal):
+        return MaskInfo(looks_causal=looks_causal, reason=band if looks_causal else None)
+    causal, window = band
+    return MaskInfo(causal=causal, window=window, padding_input=padding,
+                    looks_causal=looks_causal)
+
+
+def reach_probe_size(nodes) -> int | None:
+    """The sequence length past every integer constant the mask's arithmetic and comparisons
+    read that the fixed probes do not reach (a sliding window is such a constant), or None.
+    Integral float constants count too (positions compared as floats), up to
+    :data:`REACH_CAP`: larger ones are masking values (-1e4, the float minimum), not windows."""
+    longest = max(PROBE_SIZES, key=lambda size: size[1])[1]
+    reach = None
+    for n in nodes:
+        if n.op_type not in REACH_OPS:
+            continue
+        for v in n.inputs:
+            if v is None or v.const is None or v.const.size != 1:
+                continue
+            number = float(np.asarray(v.const.numpy(), np.float64).reshape(-1)[0])
+            if v.dtype not in ("int64", "int32") and not (
+                    v.dtype in ("float32", "float16", "float64") and number.is_integer()
+                    and abs(number) <= REACH_CAP):
+                continue
+            value = int(abs(number)) if np.isfinite(number) else 0
+            if value + 2 > longest:
+                reach = max(reach or 0, value + 2)
+    return reach
 
 
 @dataclass(frozen=True)
@@ -138,8 +190,9 @@ class _ShapeFed:
         return cls(v.name, _Fed.of(node.inputs[0]), node.attr("start", 0), node.attr("end"))
 
 
-def _probe(proto, inputs: list[_Fed], shape_leaves: list[_ShapeFed], candidates: list[_Fed]):
-    """The mask's votes at every probe size: (causal votes, padding votes by candidate name),
+def _probe(proto, inputs: list[_Fed], shape_leaves: list[_ShapeFed], candidates: list[_Fed],
+           sizes=PROBE_SIZES):
+    """The mask's votes at every probe size: (band votes, padding votes by candidate name),
     or why it could not be evaluated. Runs ONNX Runtime on a piece of the user's model, so it
     runs out of onnxopt's process, in the ORT helper (:func:`onnxopt.ort_helper.ask`): a
     malformed piece may crash ORT's native code, and that must not take onnxopt with it. One
@@ -148,9 +201,9 @@ def _probe(proto, inputs: list[_Fed], shape_leaves: list[_ShapeFed], candidates:
         sess = evaluation.session(proto, threads=1)
     except Exception as e:  # noqa: BLE001
         return f"the mask cannot be evaluated ({evaluation.first_line(e)})"
-    causal_votes: list = []
+    band_votes: list = []
     pad_votes: dict[str, list[bool]] = {c.name: [] for c in candidates}
-    for batch, seq in PROBE_SIZES:
+    for batch, seq in sizes:
         evaluated = first_evaluable(
             lambda length, batch=batch: _evaluate(sess, inputs, shape_leaves, batch, length), seq)
         if isinstance(evaluated, str):
@@ -159,14 +212,14 @@ def _probe(proto, inputs: list[_Fed], shape_leaves: list[_ShapeFed], candidates:
         full = _masked(values)
         if full is None:
             return HOLDS_BIAS
-        causal_votes.append(_is_causal(full))
+        band_votes.append(_band(full))
         for cand in candidates:
             feeds = dict(feeds_full)
             feeds[cand.name] = _feed(cand, symbols, pad=True)
             keep = np.asarray(feeds[cand.name]) != 0
             pad_votes[cand.name].append(keep.shape[-1] == full.shape[-1]
                                         and _follows_padding(sess, feeds, full, keep))
-    return causal_votes, pad_votes
+    return band_votes, pad_votes
 
 
 def _classify_constant(mask: Value) -> MaskInfo:
@@ -176,13 +229,13 @@ def _classify_constant(mask: Value) -> MaskInfo:
     full = _masked(mask.const.numpy())
     if full is None:
         return MaskInfo(bias=True)
-    verdict = _is_causal(full)
+    band = _band_of_votes([_band(full)])
     plane = full.reshape(-1, *full.shape[-2:])[0]
     tri = np.triu(np.ones(plane.shape, dtype=bool), 1)
     looks = plane.shape[0] > 1 and any(np.array_equal(plane, t) for t in (
         tri, tri.T, np.tril(np.ones(plane.shape, dtype=bool), -1), ~tri))
-    if verdict is True:
-        return MaskInfo(causal=True, looks_causal=True)
+    if isinstance(band, tuple) and any(band):  # a constant holds one size: what it is, it is
+        return MaskInfo(causal=band[0], window=band[1], looks_causal=True)
     reason = NOT_CAUSAL if looks else None
     return MaskInfo(looks_causal=looks, reason=reason)
 
@@ -214,14 +267,85 @@ def _masked(values: np.ndarray) -> np.ndarray | None:
     return masked
 
 
-def _is_causal(masked: np.ndarray):
-    sq, skv = masked.shape[-2], masked.shape[-1]
-    if not masked.any():
-        return "none"
-    i = np.arange(sq)[:, None]
-    j = np.arange(skv)[None, :]
-    causal = j > i + (skv - sq)
-    return bool(np.all(masked == causal))
+@dataclass(frozen=True)
+class _Side:
+    """One side of a band as one probe saw it: ``exact`` its width where a row's visible keys
+    stop short of the sequence's end on that side (None where none does), ``at_least`` the
+    width every row reached the end with (the band is at least that wide)."""
+
+    exact: int | None
+    at_least: int
+
+
+def _band(masked: np.ndarray):
+    """What one probe's masked positions are: "none" (nothing masked, more queries than keys),
+    the band's two sides
+    ``(before, after)`` (:class:`_Side`; a causal mask is a band with ``after`` exactly 0 and
+    ``before`` unbounded), or False (not a band: a row that does not see its own position or
+    one contiguous run of keys, rows of different widths, planes that differ)."""
+    sq, skv = masked.shape[-2:]
+    if not masked.any():  # every key visible: both sides at least as wide as the keys
+        return (_Side(None, skv - 1), _Side(None, sq - 1)) if skv >= sq else "none"
+    planes = masked.reshape(-1, *masked.shape[-2:])
+    if not (planes == planes[:1]).all():
+        return False
+    visible = ~planes[0]
+    before: set[int] = set()
+    after: set[int] = set()
+    reached_before = reached_after = 0
+    for i in range(sq):
+        keys = np.flatnonzero(visible[i])
+        p = i + skv - sq
+        if keys.size == 0 or keys[-1] - keys[0] + 1 != keys.size or not keys[0] <= p <= keys[-1]:
+            return False
+        if keys[0] > 0:
+            before.add(int(p - keys[0]))
+        else:
+            reached_before = max(reached_before, p)
+        if keys[-1] < skv - 1:
+            after.add(int(keys[-1] - p))
+        else:
+            reached_after = max(reached_after, skv - 1 - p)
+    if len(before) > 1 or len(after) > 1:
+        return False
+    sides = []
+    for exact, reached in ((before, reached_before), (after, reached_after)):
+        width = next(iter(exact), None)
+        if width is not None and width < reached:  # a row reached further than the band
+            return False
+        sides.append(_Side(width, reached))
+    return tuple(sides)
+
+
+def _band_of_votes(votes) -> Refusal | tuple[bool, int]:
+    """(causal, window) that every probe agrees with, or why there is none. A side no probe saw
+    the end of is unbounded; a window is a band whose two sides the fused op can carry: after
+    the query nothing (causal) or as many keys as before it (symmetric)."""
+    if any(v is False for v in votes):
+        return NOT_CAUSAL
+    seen = [v for v in votes if v != "none"]
+    if not seen:
+        return False, 0
+    widths = []
+    for side in (0, 1):
+        exact = {v[side].exact for v in seen if v[side].exact is not None}
+        if len(exact) > 1:
+            return NOT_CAUSAL
+        width = next(iter(exact), None)
+        at_least = max(v[side].at_least for v in seen)
+        if width is not None and width < at_least:
+            return NOT_CAUSAL
+        widths.append(width)
+    before, after = widths
+    if before is None and after is None:
+        return False, 0  # nothing masked at any size
+    if after == 0:
+        return True, before or 0  # causal: a window, or the whole triangle
+    if before is not None and before == after and before > 0:
+        return False, before
+    if before is None or after is None:  # one side open, the other not the query: a triangle
+        return NOT_CAUSAL                # on the wrong side, or no triangle at all
+    return BAND_NOT_CARRIED
 
 
 def _evaluate(sess, inputs: list[_Fed], shape_leaves: list[_ShapeFed], batch: int, seq: int):

@@ -14,6 +14,14 @@ mask itself may drop it. Rank-3 inputs ``[X, S, D]`` are single-head.
 ``softcap``: when nonzero, the scaled scores are soft-capped before the mask,
 ``cap·tanh(scores / cap)`` (Gemma 2's attention logit soft-capping).
 
+``window``: when nonzero the mask was proved a band (``mask_kind`` has ``window``): query
+``i`` (at position ``p = i + Skv − Sq``) sees only keys ``p − window ≤ j ≤ p`` when causal
+(sliding-window attention: Mistral's ``sliding_window`` is ``window + 1``), ``|p − j| ≤
+window`` when not (local attention). Like ``causal`` it describes the exact mask input: a
+kernel may skip the keys outside the band, or build the band itself. A window as long as the
+keys or longer hides nothing more: at such lengths the op is plain causal attention (or
+unmasked), and every kernel's band arithmetic reduces to that (no special case).
+
 ``nan_to_zero``: rows whose every key is masked give 0 instead of NaN (what
 PyTorch's SDPA export does with ``Where(IsNaN(p), 0, p)``).
 
@@ -49,6 +57,7 @@ class AttentionAttrs(FusedAttrs):
     nan_to_zero: bool = False
     softcap: float = 0.0
     head_size: int = 0
+    window: int = 0  # a band: keys at most this far from the query's position (0: no band)
 
     @property
     def kv_heads(self) -> int:
@@ -117,7 +126,7 @@ def split_heads(b, x, heads: int, size: int):
 
 def reference(q, k, v, mask=None, key_padding_mask=None, **attributes):
     """AttentionFused on arrays (attributes as keywords), in Q's dtype: the additive mask is
-    the exact function, so ``causal`` and the padding input change nothing here."""
+    the exact function, so ``causal``, ``window`` and the padding input change nothing here."""
     attrs = AttentionAttrs.from_attributes(attributes)
     out = ref.attention(q, k, v, bias=mask, scale=attrs.scale, softcap=attrs.softcap,
                         nan_to_zero=attrs.nan_to_zero, bias_floor=None)

@@ -5,6 +5,10 @@ causal diagonal, key padding from a ``[B, Skv]`` input, both, or nothing provabl
 (``ADDITIVE``: the mask is only known as the exact additive function it always is). A kernel
 that builds the mask itself reads these flags. On the node the kind is spelled as it always
 was: ``none``, ``causal``, ``key_padding``, ``causal+key_padding``, ``additive``.
+
+``WINDOW``: the mask is a band, keys at most ``window`` (the fused op's attribute) positions
+from the query's; with ``CAUSAL`` only those before it (sliding-window attention), without it
+both sides (local attention). Spelled ``causal+window``, ``causal+key_padding+window``, ``key_padding+window``.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ class MaskKind(enum.Flag):
     CAUSAL = enum.auto()
     KEY_PADDING = enum.auto()
     ADDITIVE = enum.auto()  # a mask with no proved structure
+    WINDOW = enum.auto()  # a band: the ``window`` attribute says how wide
 
     @classmethod
     def parse(cls, text: str) -> MaskKind:

@@ -26,13 +26,16 @@ def attention_mask(
     kv_len: int | None = None,
     kv_start: int | None = None,
     causal_offset: int | None = None,
+    window: int = 0,
 ) -> np.ndarray:
     """Boolean [sq, skv] matrix, True where query i may attend to key j.
 
     Key range: keys j < kv_start or j >= kv_len (the range's end) are hidden, both clamped to
     [0, skv] (left and right padding). Causal: query i sees key j iff j <= i + off with
     off = causal_offset, or skv - sq when that is None (bottom-right: the last query row sees
-    every key, the decoder-with-KV-cache convention).
+    every key, the decoder-with-KV-cache convention). Band (``window`` > 0, sliding-window and
+    local attention): query i also sees only keys with ``|i + off - j| <= window``, only those
+    before it when causal.
     """
     i = np.arange(sq)[:, None]
     j = np.arange(skv)[None, :]
@@ -40,9 +43,11 @@ def attention_mask(
     start = 0 if kv_start is None else min(max(int(kv_start), 0), skv)
     end = skv if kv_len is None else min(max(int(kv_len), start), skv)
     visible &= (j >= start) & (j < end)
+    off = skv - sq if causal_offset is None else int(causal_offset)
     if causal:
-        off = skv - sq if causal_offset is None else int(causal_offset)
         visible &= j <= i + off
+    if window > 0:
+        visible &= (j >= i + off - window) & (j <= i + off + window)
     return visible
 
 
@@ -60,6 +65,7 @@ def attention(
     softcap: float = 0.0,
     nan_to_zero: bool = True,
     bias_floor: float | None = BIAS_FLOOR,
+    window: int = 0,
 ) -> np.ndarray:
     """softmax(softcap(Q K^T * scale) + bias + key mask) V over BNSH tensors, in float64.
 
@@ -68,7 +74,8 @@ def attention(
     head. scale defaults to 1 / sqrt(D). ``softcap`` (nonzero) caps the scaled scores at
     ``cap·tanh(s / cap)`` before the bias. Per batch row b: keys outside [kv_start[b],
     kv_lens[b]) are hidden (left and right padding; either may be None); causal uses
-    causal_offset[b] (None: bottom-right). bias: additive, broadcastable to [B, H, Sq, Skv];
+    causal_offset[b] (None: bottom-right); ``window`` > 0 hides keys farther than that from
+    the query's position (a band, :func:`attention_mask`). bias: additive, broadcastable to [B, H, Sq, Skv];
     -inf hides a key, finite values below ``bias_floor`` count as it (None: no floor). A query
     row with no visible key is NaN (0/0), or 0 with ``nan_to_zero``, which zeroes every NaN
     probability as the fused op's guard does.
@@ -80,7 +87,7 @@ def attention(
         return attention(q[:, None], k[:, None], v[:, None], scale=scale, causal=causal,
                          kv_lens=kv_lens, kv_start=kv_start, causal_offset=causal_offset,
                          bias=bias, softcap=softcap, nan_to_zero=nan_to_zero,
-                         bias_floor=bias_floor)[:, 0]
+                         bias_floor=bias_floor, window=window)[:, 0]
     b, h, sq, d = q.shape
     _, hkv, skv, dk = k.shape
     if v.shape[:3] != k.shape[:3] or dk != d:
@@ -99,9 +106,10 @@ def attention(
         if bias_floor is not None:
             extra = np.where(extra == -np.inf, -np.inf, np.maximum(extra, bias_floor))
         scores = scores + np.broadcast_to(extra, scores.shape)
-    if causal or kv_lens is not None or kv_start is not None or causal_offset is not None:
+    if (causal or window or kv_lens is not None or kv_start is not None
+            or causal_offset is not None):
         visible = np.stack([attention_mask(
-            sq, skv, causal=causal,
+            sq, skv, causal=causal, window=window,
             kv_len=None if kv_lens is None else int(kv_lens[bi]),
             kv_start=None if kv_start is None else int(kv_start[bi]),
             causal_offset=None if causal_offset is None else int(causal_offset[bi]))

@@ -118,7 +118,8 @@ class Attention(Rule):
         return reduction_order(target, "attention (streaming softmax)") or verdict
 
     def _mask_kind(self, m: Match) -> Refusal | AttentionFacts:
-        """Prove what the mask contains (causal, key padding); refuse a fake causal mask."""
+        """Prove what the mask contains (causal, a band, key padding); refuse a fake causal
+        mask, and a band the fused op cannot carry."""
         if m.mask is None or m.bias is not None:
             return AttentionFacts(mask_info=MaskInfo())
         info = self._masks.get(id(m.mask))
@@ -234,7 +235,8 @@ class Attention(Rule):
             num_heads=heads, kv_num_heads=kv_heads, scale=scale, causal=info.causal,
             mask_kind=MaskKind.NONE if mask is None else info.kind,
             nan_to_zero=m.nan_guard is not None, softcap=cap,
-            head_size=q.shape[-1] if isinstance(q.shape[-1], int) else 0)
+            head_size=q.shape[-1] if isinstance(q.shape[-1], int) else 0,
+            window=info.window if mask is not None else 0)
         return b.fused("AttentionFused", q, k, m.v, mask, info.padding_input, attrs=attrs)
 
     def describe(self, m: Match, facts: AttentionFacts) -> str:
@@ -248,6 +250,7 @@ class Attention(Rule):
             parts.append(f"soft-cap {_scalar(m.softcap):g}")
         info = facts.mask_info
         parts.append("no mask" if m.mask is None else f"mask {info.kind}"
+                     + (f" (window {info.window})" if info.window else "")
                      + (" (a bias: values between 0 and the masking range)" if info.bias else ""))
         if m.bias is not None:
             parts.append("+ bias")

@@ -177,6 +177,20 @@ def _gqa_requires(node: Node, attrs: AttentionAttrs, target: Target) -> Refusal 
                    "additive mask")
 
 
+def gqa_local_window_size(attrs: AttentionAttrs) -> int | Refusal:
+    """``GroupQueryAttention``'s ``local_window_size`` for the node's band (-1: no band), or why
+    it has none. ORT 1.31 (CPU) lets each query see ``local_window_size`` keys, itself
+    included (checked against the reference: tests/select/test_gqa_window.py), so a causal
+    band of ``window`` keys before the query is ``window + 1`` (Mistral's ``sliding_window``).
+    GQA masks only causally: a symmetric band (local attention) has no spelling."""
+    if not attrs.window:
+        return -1
+    if not attrs.causal:
+        return refusal("band_not_causal", f"a symmetric band (window {attrs.window}) has no "
+                       "GroupQueryAttention spelling: its local window is causal")
+    return attrs.window + 1
+
+
 def _contrib_attention_requires(node: Node, attrs: AttentionAttrs, target: Target
                                 ) -> Refusal | None:
     return refusal("contract_mismatch", "takes the hidden state and packed QKV projection "

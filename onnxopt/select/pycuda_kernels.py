@@ -24,8 +24,9 @@ that *some* tile fits every GPU the kernel runs on (the smallest per-block share
 the device table), or the target's own limit when it states one.
 
 Masks: attention takes per-row key ranges (left and right padding), a broadcastable additive
-bias and causal masking, so every mask kind the attention rule proves (none, causal,
-key_padding, causal+key_padding, additive) runs. Key padding becomes ``kv_start``/``kv_end``
+bias, causal masking and bands (``window``: sliding-window and local attention, key tiles
+outside the band skipped), so every mask kind the attention rule proves (none, causal,
+key_padding, additive, and each with a window) runs. Key padding becomes ``kv_start``/``kv_end``
 (first kept key, last kept key + 1; tiles outside are skipped) plus the padding as a
 ``[B, 1, 1, Skv]`` bias of ``0``/``-inf`` (exact even for a mask with holes); any other mask
 is passed as the bias itself.
@@ -64,7 +65,11 @@ from onnxopt.select.kernel import Backend, Kernel, Requires
 
 CUDA_ONLY = frozenset({"CUDAExecutionProvider"})
 ATTENTION_MASKS = frozenset({MaskKind.NONE, MaskKind.CAUSAL, MaskKind.KEY_PADDING,
-                             MaskKind.CAUSAL | MaskKind.KEY_PADDING, MaskKind.ADDITIVE})
+                             MaskKind.CAUSAL | MaskKind.KEY_PADDING, MaskKind.ADDITIVE,
+                             # bands: the kernel builds them from ``window`` (tiles outside skipped)
+                             MaskKind.CAUSAL | MaskKind.WINDOW, MaskKind.WINDOW,
+                             MaskKind.CAUSAL | MaskKind.KEY_PADDING | MaskKind.WINDOW,
+                             MaskKind.KEY_PADDING | MaskKind.WINDOW})
 _ONNX_TYPE = {"float32": TensorProto.FLOAT, "float16": TensorProto.FLOAT16,
               "bfloat16": TensorProto.BFLOAT16}
 
@@ -201,7 +206,8 @@ def _emit_attention(b, node: Node, attrs: AttentionAttrs, target: Target) -> lis
     elif kind is MaskKind.ADDITIVE:
         bias = _as_dtype(b, ATTENTION.input(node, "mask"), q.dtype)
     out = b.op("FlashAttention", q, k, v, bias, kv_start, kv_end, domain=DOMAIN,
-               scale=attrs.scale, causal=int(attrs.causal))
+               scale=attrs.scale, causal=int(attrs.causal),
+               **({"window": attrs.window} if attrs.window else {}))
     return [out]
 
 

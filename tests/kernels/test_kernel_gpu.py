@@ -35,7 +35,7 @@ def rel_error(got: np.ndarray, want: np.ndarray) -> tuple[float, float]:
 
 def run_attention(dev, dtype, b, h, hkv, sq, skv, d, causal, *, start=None, end=None,
                   offset=None, bias_shape=None, tile=None, scale=None, q_scale=1.0, seed=0,
-                  stream=0):
+                  stream=0, window=0):
     rng = np.random.default_rng(seed)
     q = dev.to_host(rng.standard_normal((b, h, sq, d)) * q_scale, dtype)
     kk = dev.to_host(rng.standard_normal((b, hkv, skv, d)), dtype)
@@ -54,14 +54,16 @@ def run_attention(dev, dtype, b, h, hkv, sq, skv, d, causal, *, start=None, end=
     k.flash_attention(
         q_p, k_p, v_p, o_p, b, h, hkv, sq, skv, d, scale, causal, dtype, stream, tile=tile,
         bias_ptr=0 if bias is None else dev.upload(bias), bias_shape=bias_shape or (),
-        kv_start_ptr=ptrs["start"], kv_end_ptr=ptrs["end"], causal_offset_ptr=ptrs["offset"])
+        kv_start_ptr=ptrs["start"], kv_end_ptr=ptrs["end"], causal_offset_ptr=ptrs["offset"],
+        window=window)
     pyc.synchronize()
     assert dev.guard_intact(o_p, out_bytes), "write past the end of O"
     got = dev.from_host(dev.download(o_p, (b, h, sq, d), q.dtype), dtype)
     want = ref.attention(
         dev.from_host(q, dtype), dev.from_host(kk, dtype), dev.from_host(v, dtype),
         scale=scale, causal=causal, kv_start=rows["start"], kv_lens=rows["end"],
-        causal_offset=rows["offset"], bias=None if bias is None else dev.from_host(bias, dtype))
+        causal_offset=rows["offset"], bias=None if bias is None else dev.from_host(bias, dtype),
+        window=window)
     return got, want
 
 
@@ -358,3 +360,25 @@ def test_preload_loads_every_variant_the_device_fits():
     n = k.preload()
     assert n == sum(1 for f in metadata.FAMILIES for v in metadata.variants(f)
                     if metadata.smem_bytes(f, v) <= limits.smem_optin)
+
+
+# Bands (sliding-window and local attention): the kernel skips key tiles outside the band of a
+# block's rows; windows narrower and wider than a tile, with padding, GQA, a cache's offset.
+BAND_SHAPES = [
+    # B, H, Hkv, Sq, Skv, causal, window, {start, end, offset}
+    (1, 2, 2, 300, 300, True, 5, {}),
+    (2, 4, 2, 513, 513, True, 100, {"end": [513, 400]}),
+    (2, 4, 2, 257, 257, False, 3, {"start": [0, 20], "end": [257, 200]}),
+    (1, 2, 1, 200, 200, False, 70, {}),
+    (1, 2, 2, 40, 400, True, 64, {}),  # Sq < Skv: the band sits at the end of the keys
+    (2, 2, 2, 129, 160, True, 1000, {"offset": [10, 140]}),  # wider than the keys: causal
+]
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32"])
+@pytest.mark.parametrize("shape", BAND_SHAPES, ids=lambda s: f"b{s[0]}h{s[1]}sq{s[3]}w{s[6]}")
+def test_flash_attention_band_matches_reference(dev, dtype, shape):
+    b, h, hkv, sq, skv, causal, window, rows = shape
+    got, want = run_attention(dev, dtype, b, h, hkv, sq, skv, 64, causal, window=window, **rows)
+    max_abs, fro = rel_error(got, want)
+    assert max_abs < ATT_TOL[dtype][0] and fro < ATT_TOL[dtype][1], (max_abs, fro)

@@ -79,6 +79,25 @@ def test_attention_mask_alignment():
     assert m.tolist() == [[True, False, False], [True, True, False], [True, True, False]]
 
 
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("sq, skv, window", [(9, 9, 2), (4, 11, 3), (6, 6, 40)])
+def test_reference_band_is_an_additive_band_mask(causal, sq, skv, window):
+    """``window`` hides the keys farther than it from the query's position (bottom-right):
+    the same as the decomposition's additive band mask."""
+    rng = np.random.default_rng(4)
+    q = rng.standard_normal((1, 2, sq, 8))
+    k = rng.standard_normal((1, 2, skv, 8))
+    v = rng.standard_normal((1, 2, skv, 8))
+    pos = np.arange(sq)[:, None] + skv - sq
+    j = np.arange(skv)[None, :]
+    hidden = (j < pos - window) | ((j > pos) if causal else (j > pos + window))
+    want = ref.attention(q, k, v, scale=0.3, bias=np.where(hidden, -np.inf, 0.0))
+    got = ref.attention(q, k, v, scale=0.3, causal=causal, window=window)
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+    assert ref.attention_mask(3, 3, causal=True, window=1).tolist() == [
+        [True, False, False], [True, True, False], [False, True, True]]
+
+
 def test_reference_attention_rejects_bad_gqa():
     with pytest.raises(ValueError, match="multiple"):
         ref.attention(np.zeros((1, 3, 2, 4)), np.zeros((1, 2, 2, 4)), np.zeros((1, 2, 2, 4)))
@@ -88,7 +107,7 @@ def test_reference_attention_rejects_bad_gqa():
 
 
 def replay_flash_attention(q, k, v, scale, causal, kv_lens, bm, bn, *, kv_start=None,
-                           causal_offset=None, bias=None):
+                           causal_offset=None, bias=None, window=0):
     """Mirror of fa::tc_forward's control flow: per query tile, the key range [start, n_end),
     the tiles it skips, the tiles it masks, the bias (clamped, in the log2 domain) and the
     exp2-domain online softmax with the -inf guards. Each line corresponds to one in
@@ -107,10 +126,14 @@ def replay_flash_attention(q, k, v, scale, causal, kv_lens, bm, bn, *, kv_start=
             for q_tile in range(math.ceil(sq / bm)):
                 q0 = q_tile * bm
                 q_rows = min(bm, sq - q0)
-                n_end = end
+                n_begin, n_end = start, end  # Mask::block_keys
                 if causal:
                     n_end = min(n_end, q0 + q_rows - 1 + offset + 1)
-                n_tiles = (n_end - start + bn - 1) // bn if n_end > start else 0
+                if window > 0:
+                    n_begin = max(n_begin, q0 + offset - window)
+                    if not causal:
+                        n_end = min(n_end, q0 + q_rows - 1 + offset + window + 1)
+                n_tiles = (n_end - n_begin + bn - 1) // bn if n_end > n_begin else 0
                 if n_tiles == 0:
                     out[b, h, q0 : q0 + q_rows] = 0.0
                     continue
@@ -121,7 +144,7 @@ def replay_flash_attention(q, k, v, scale, causal, kv_lens, bm, bn, *, kv_start=
                 l_run = np.zeros(bm)
                 rows = q0 + np.arange(bm)
                 for t in range(n_tiles):
-                    n0 = start + t * bn
+                    n0 = n_begin + t * bn
                     valid = min(bn, end - n0)
                     assert valid >= 1
                     kt = np.zeros((bn, d))
@@ -129,11 +152,15 @@ def replay_flash_attention(q, k, v, scale, causal, kv_lens, bm, bn, *, kv_start=
                     kt[:valid] = k[b, hk, n0 : n0 + valid]
                     vt[:valid] = v[b, hk, n0 : n0 + valid]
                     s = (qt @ kt.T) * (scale * log2e)
-                    need_mask = (n0 + bn > end) or (causal and n0 + bn - 1 > q0 + offset)
+                    need_mask = (n0 + bn > end) or (causal and n0 + bn - 1 > q0 + offset) or (
+                        window > 0 and (n0 < q0 + q_rows - 1 + offset - window or (
+                            not causal and n0 + bn - 1 > q0 + offset + window)))
                     keys = n0 + np.arange(bn)
-                    masked = (keys[None, :] >= end) | (
-                        causal & (keys[None, :] > rows[:, None] + offset)
-                    )
+                    pos = rows[:, None] + offset
+                    masked = (keys[None, :] >= end) | (causal & (keys[None, :] > pos))
+                    if window > 0:
+                        masked |= (keys[None, :] < pos - window) | (
+                            (not causal) & (keys[None, :] > pos + window))
                     if need_mask:
                         s = np.where(masked, -np.inf, s)
                     else:
@@ -170,6 +197,14 @@ REPLAY_CASES = [
     (2, 2, 1, 45, 70, 8, False, [70, 60], 16, 32,
      {"kv_start": [3, 0], "bias": (1, 2, 1, 70)}),  # ALiBi-like + ranges
     (2, 2, 2, 45, 45, 8, True, None, 32, 16, {"bias": (2, 1, 45, 45)}),
+    # bands: tiles before (and, symmetric, after) the band of a block's rows are skipped
+    (1, 2, 1, 130, 130, 8, True, None, 32, 16, {"window": 5}),
+    (2, 2, 2, 100, 100, 8, True, [100, 60], 16, 16, {"window": 40, "kv_start": [0, 7]}),
+    (1, 2, 2, 97, 97, 8, False, None, 32, 16, {"window": 3}),
+    (2, 2, 2, 70, 120, 8, False, [120, 90], 16, 32, {"window": 20}),
+    (1, 1, 1, 30, 200, 8, True, None, 16, 16, {"window": 17}),  # Sq < Skv
+    (1, 1, 1, 60, 60, 8, True, None, 16, 16, {"window": 500}),  # wider than the keys
+    (2, 2, 2, 33, 80, 8, True, None, 16, 32, {"causal_offset": [10, 79], "window": 9}),
 ]
 
 
@@ -181,7 +216,10 @@ def test_kernel_algorithm_replay_matches_reference(case):
     k = rng.standard_normal((b, hkv, skv, d))
     v = rng.standard_normal((b, hkv, skv, d))
     lens = None if lens is None else np.array(lens, dtype=np.int32)
-    kw = {name: np.array(x, np.int32) for name, x in extra.items() if name != "bias"}
+    kw = {name: np.array(x, np.int32) for name, x in extra.items()
+          if name not in ("bias", "window")}
+    if "window" in extra:
+        kw["window"] = extra["window"]
     if "bias" in extra:
         bias = rng.standard_normal(extra["bias"]) * 2
         bias.reshape(-1)[::6] = -np.inf

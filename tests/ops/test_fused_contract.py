@@ -82,8 +82,10 @@ def test_node_spellings_read_back_typed():
     """As a node stores them: flags as ints, the mask kind spelled, unknown names refused."""
     attrs = AttentionAttrs.from_attributes({"causal": 1, "mask_kind": "causal+key_padding"})
     assert attrs.causal is True and attrs.mask_kind == MaskKind.CAUSAL | MaskKind.KEY_PADDING
-    with pytest.raises(TypeError, match=r"has no attributes \['window'\]"):
-        AttentionAttrs.from_attributes({"window": 3})
+    with pytest.raises(TypeError, match=r"has no attributes \['stride'\]"):
+        AttentionAttrs.from_attributes({"stride": 3})
+    assert AttentionAttrs.from_attributes({"window": 3, "mask_kind": "causal+window"}) == \
+        AttentionAttrs(window=3, mask_kind=MaskKind.CAUSAL | MaskKind.WINDOW)
 
 
 def test_a_node_states_its_whole_contract():
@@ -92,7 +94,7 @@ def test_a_node_states_its_whole_contract():
                                                          "activation": ""}
     assert AttentionAttrs(causal=True, mask_kind=MaskKind.CAUSAL).as_attributes() == {
         "num_heads": 0, "kv_num_heads": 0, "scale": 1.0, "causal": 1, "mask_kind": "causal",
-        "nan_to_zero": 0, "softcap": 0.0, "head_size": 0}
+        "nan_to_zero": 0, "softcap": 0.0, "head_size": 0, "window": 0}
 
 
 def test_every_op_has_a_record_and_named_ports():
@@ -129,20 +131,20 @@ def test_the_builder_checks_ports_and_records(graph_of):
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class WindowedAttentionAttrs(AttentionAttrs):
-    """AttentionFused with one attribute more: a sliding window (0: none)."""
+    """AttentionFused with one attribute more: a key stride (0: none)."""
 
-    window: int = 0
+    stride: int = 0
 
 
 def _windowed_kernel(seen: list) -> Kernel:
     def requires(node, attrs, target):
         seen.append(attrs)
-        return refusal("window_too_wide", f"a window of {attrs.window}") if attrs.window > 8 \
+        return refusal("stride_too_wide", f"a stride of {attrs.stride}") if attrs.stride > 8 \
             else None
 
     def emit(b, node, attrs, target):
         return [b.op("WindowedAttention", *node.inputs[:3], domain="test.windowed",
-                     window=attrs.window, scale=attrs.scale)]
+                     window=attrs.stride, scale=attrs.scale)]
 
     return Kernel(name="test.windowed", implements="AttentionFused", backend=Backend.ORT,
                   emit=emit, requires=requires, cost=0.1)
@@ -156,27 +158,27 @@ def test_a_new_attribute_is_one_field_and_reaches_the_emitted_node(graph_of, mon
     Nothing else names it."""
     model, _ = graph_of(QKV)
     q, k, v = model.graph.inputs
-    with pytest.raises(SchemaError, match=r"attributes \['window'\] are not in its schema"):
+    with pytest.raises(SchemaError, match=r"attributes \['stride'\] are not in its schema"):
         NodeBuilder(model.graph, None, "rule", schemas=FUSED_OPS).fused(
-            "AttentionFused", q, k, v, attrs=WindowedAttentionAttrs(window=window))
+            "AttentionFused", q, k, v, attrs=WindowedAttentionAttrs(stride=window))
 
     monkeypatch.setitem(FUSED_OPS, "AttentionFused",
                         dataclasses.replace(ATTENTION, attrs=WindowedAttentionAttrs))
     b = NodeBuilder(model.graph, model.graph.outputs[0].producer, "rule", schemas=FUSED_OPS)
     fused = b.fused("AttentionFused", q, k, v,
-                    attrs=WindowedAttentionAttrs(num_heads=4, scale=0.5, window=window))
+                    attrs=WindowedAttentionAttrs(num_heads=4, scale=0.5, stride=window))
     model.graph.set_inputs(model.graph.outputs[0].producer, [fused])
 
     seen: list = []
     options = OptimizeOptions(target="cpu")
     report = select.run(model, options, run_target(options, model.opset),
                         registry=[_windowed_kernel(seen)])
-    assert set(seen) == {WindowedAttentionAttrs(num_heads=4, scale=0.5, window=window)}
+    assert set(seen) == {WindowedAttentionAttrs(num_heads=4, scale=0.5, stride=window)}
     (selection,) = report.selections
     if window > 8:  # the kernel refused on the new field; the decomposition took the node
         assert selection.chosen.name == "decompose.AttentionFused"
         assert [(r.code, str(r)) for _, r in selection.rejected] == [
-            ("window_too_wide", "a window of 9")]
+            ("stride_too_wide", "a stride of 9")]
         return
     (emitted,) = [n for n in model.graph if n.op_type == "WindowedAttention"]
     assert emitted.attr("window") == window and emitted.attr("scale") == 0.5

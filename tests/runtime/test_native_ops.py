@@ -89,6 +89,31 @@ def test_a_row_that_sees_no_key_is_zero_and_the_session_stays_usable():
     np.testing.assert_array_equal(again, o)
 
 
+BAND = """
+g ({t}[B,8,S,64] q, {t}[B,2,T,64] k, {t}[B,2,T,64] v, int32[B] start, int32[B] end)
+  => ({t}[B,8,S,64] o) {{
+  o = ai.onnxopt.cuda.FlashAttention <scale=0.125, causal={causal}, window={window}>
+      (q, k, v, , start, end)
+}}"""
+
+
+@pytest.mark.parametrize("causal", [0, 1])
+@pytest.mark.parametrize("s, t, window", [(7, 7, 2), (40, 40, 9), (5, 12, 3), (6, 6, 50)])
+def test_bands_with_key_ranges(causal, s, t, window):
+    """Sliding-window (causal) and local (symmetric) bands, with left and right padding and
+    a window wider than the keys (then only the diagonal and the ranges hide keys)."""
+    b = 3
+    q, k, v = (rand(b, 8, s, 64, dtype=np.float32), rand(b, 2, t, 64, dtype=np.float32),
+               rand(b, 2, t, 64, dtype=np.float32))
+    start = np.array([0, 2, 0], np.int32)
+    end = np.array([t, t, t - 2], np.int32)
+    (o,) = run(BAND.format(t="float", causal=causal, window=window),
+               {"q": q, "k": k, "v": v, "start": start, "end": end})
+    want = ref.attention(q, k, v, scale=0.125, causal=bool(causal), kv_start=start,
+                         kv_lens=end, window=window)
+    close(o, want, 1e-5)
+
+
 BIASED = """
 g (float[2,4,5,32] q, float[2,2,9,32] k, float[2,2,9,32] v, float[{bias}] bias,
    int32[2] off) => (float[2,4,5,32] o) {{

@@ -154,7 +154,7 @@ def test_rejections_say_why(bind_text, registry):
             mask_kind="additive"> (q, k, v, m)
     }"""
     reason = _reason(bind_text(plain, registry=registry))
-    assert reason == "needs a mask proved causal"
+    assert reason == "needs a mask proved causal or a band"
     single_head = """
     g (float[B,S,8] q, float[B,S,8] k, float[B,S,8] v, float[B,S,S] m) => (float[B,S,8] o) {
       o = ai.onnxopt.AttentionFused <num_heads=1, kv_num_heads=1, scale=0.35, head_size=8,

@@ -97,7 +97,8 @@ def test_records_state_the_metadata_capabilities():
         assert k.opsets == {DOMAIN: 1}
         assert k.to_json()["custom_op"].startswith(f"{DOMAIN}::")
     assert tc.to_json()["mask_kinds"] == ["additive", "causal", "causal+key_padding",
-                                          "key_padding", "none"]
+                                          "causal+key_padding+window", "causal+window",
+                                          "key_padding", "key_padding+window", "none", "window"]
     assert records["pycuda.layer_norm"].dtypes == {"float16", "bfloat16", "float32"}
     assert records["pycuda.group_norm"].dtypes == {"float16", "bfloat16", "float32"}
     assert records["pycuda.group_norm"].implements == "GroupNormFused"
@@ -146,6 +147,21 @@ def test_attention_mask_kinds_the_kernel_builds_itself(fused, registry, kind):
     _, custom = emit(model, node, selection.chosen, H100)
     assert attrs(custom)["causal"] == int("causal" in kind)
     assert "m" not in custom.input  # the additive mask is replaced by ranges and a bias
+    assert len(custom.input) == (6 if "key_padding" in kind else 3)
+
+
+@pytest.mark.parametrize("kind", ["causal+window", "causal+key_padding+window", "window",
+                                  "key_padding+window"])
+def test_bands_are_built_by_the_kernel_from_the_window(fused, registry, kind):
+    """Sliding-window and local attention: the kernel takes the window (and skips the key
+    tiles outside the band); the mask input is dropped as for a causal mask."""
+    model, node = fused(attention_text(kind=kind, extra=", window=31"))
+    selection = select_kernel(node, H100, registry)
+    assert selection.chosen.name == "pycuda.flash_attention"
+    _, custom = emit(model, node, selection.chosen, H100)
+    assert attrs(custom) == {"scale": pytest.approx(0.125), "causal": int("causal" in kind),
+                             "window": 31}
+    assert "m" not in custom.input
     assert len(custom.input) == (6 if "key_padding" in kind else 3)
 
 

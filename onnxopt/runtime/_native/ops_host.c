@@ -67,7 +67,10 @@ static int host_attention(const struct onnxopt_variant *v, const unsigned grid[3
                     float m = -INFINITY;
                     for (int j = 0; j < Skv; ++j) {
                         float s = -INFINITY;
-                        if (j >= start && j < end && !(a.causal && j > i + off)) {
+                        const int pos = i + off; /* the query's position among the keys */
+                        const int in_band = a.window <= 0 ||
+                                            (j >= pos - a.window && (a.causal || j <= pos + a.window));
+                        if (j >= start && j < end && !(a.causal && j > pos) && in_band) {
                             float dot = 0.f;
                             for (int d = 0; d < D; ++d)
                                 dot += q[d] * onnxopt_load(P(a.k), dt, (kbase + j) * D + d);

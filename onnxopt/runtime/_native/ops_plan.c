@@ -320,6 +320,7 @@ static int plan_attention(const struct onnxopt_call *c, const struct onnxopt_lim
     p->D = (int32_t)D;
     p->scale = (float)(scale != 0.0 ? scale : 1.0 / sqrt((double)D));
     p->causal = c->attrs->number[1] != 0.0;
+    p->window = (int32_t)(c->attrs->number[2] > 0.0 ? c->attrs->number[2] : 0.0);
     onnxopt_flash_attention_pack(p, l->args);
     l->variant = var;
     set3(l->grid, cdiv(Sq, var->bm), H, B);

@@ -117,6 +117,7 @@ def flash_attention(
     kv_end_ptr: int = 0,
     causal_offset_ptr: int = 0,
     tile: tuple[int, int] | None = None,
+    window: int = 0,
 ) -> None:
     """O = softmax(Q K^T * scale + bias + mask) V on device pointers, enqueued on ``stream``.
 
@@ -124,7 +125,9 @@ def flash_attention(
     D a multiple of 8 up to 256. bias (dtype of q, contiguous, ``bias_shape`` broadcastable to
     [B, H, Sq, Skv]) or 0. kv_start / kv_end: int32 [B] visible key range per batch row (left
     and right padding) or 0. causal: query i sees key j <= i + off, off = causal_offset[b]
-    (int32 [B]) or Skv - Sq. scale defaults to 1 / sqrt(D). stream: a CUstream /
+    (int32 [B]) or Skv - Sq. window > 0: a band, query i sees only keys with
+    ``|i + off - j| <= window`` (and ``j <= i + off`` when causal); key tiles outside the band
+    are skipped. scale defaults to 1 / sqrt(D). stream: a CUstream /
     cudaStream_t handle as an int. Rows with no visible key produce 0. No synchronisation,
     no allocation.
     """
@@ -155,7 +158,7 @@ def flash_attention(
         "bias_sb": strides[0], "bias_sh": strides[1], "bias_sq": strides[2],
         "bias_sk": strides[3], "kv_start": kv_start_ptr, "kv_end": kv_end_ptr,
         "causal_off": causal_offset_ptr, "H": H, "Hkv": Hkv, "Sq": Sq, "Skv": Skv, "D": D,
-        "scale": scale, "causal": 1 if causal else 0,
+        "scale": scale, "causal": 1 if causal else 0, "window": max(int(window), 0),
     })
     grid = (cdiv(Sq, v["BM"]), H, B)
     driver.launch(kernel.function, grid, (32 * v["WARPS"], 1, 1), args, kernel.smem, stream)

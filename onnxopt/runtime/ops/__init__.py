@@ -6,7 +6,7 @@ stream) and the CPU provider (its host implementation), in float16, bfloat16 and
 
 | op | inputs | outputs | attributes |
 |---|---|---|---|
-| FlashAttention | Q, K, V, bias?, kv_start?, kv_end?, causal_offset? | O | scale, causal |
+| FlashAttention | Q, K, V, bias?, kv_start?, kv_end?, causal_offset? | O | scale, causal, window |
 | LayerNorm | X, gamma?, beta?, residual? | Y, S? | epsilon |
 | RMSNorm | X, gamma?, residual? | Y, S? | epsilon |
 | GroupNorm | X, gamma?, beta? | Y | groups, epsilon, activation |
