@@ -34,15 +34,17 @@ class Binding:
         return cls(sizes, seq)
 
     def dim(self, d) -> int | None:
+        """The size ``d`` stands for: a product of symbols or a sum of such (a cache's
+        ``past + seq`` keys); None where it is unknown."""
         if isinstance(d, int):
             return d
-        mono = sd.to_monomial(sd.clean(d))
-        if mono is None:
+        d = sd.clean(d)
+        if d is None:
             return None
-        coef, factors = mono
-        for f in factors:
-            coef *= self.sizes.get(f, self.default)
-        return coef
+        try:
+            return sd.evaluate(d, self.sizes, self.default)
+        except (TypeError, ValueError):
+            return None
 
     def shape(self, shape) -> tuple[int, ...] | None:
         if shape is None:
