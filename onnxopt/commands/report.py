@@ -179,6 +179,18 @@ def print_selection(out: Console, report) -> None:
     tuning = getattr(report, "tune_cache", None)
     if tuning:
         out.print(f"tuning: {report.tuned} signature(s) timed; decisions in {tuning}")
+        for regime, signatures in getattr(report, "tuned_shapes", {}).items():
+            shapes = sorted({_input_shapes(sig) for sig in signatures})
+            out.print(f"tuned at {regime}: " + "; ".join(shapes), markup=False)
+
+
+def _input_shapes(signature: str) -> str:
+    """``AttentionFused q[1, 8, 1, 64] k[1, 8, 1025, 64] ...``: a tuning signature's op and
+    input shapes (its attributes left out)."""
+    parts = signature.split("|")
+    shapes = [p.split("[", 1)[1].split("]")[0].replace(" ", "") for p in parts[1:]
+              if "[" in p and "=" not in p.split("[", 1)[0]]
+    return f"{parts[0]} " + " ".join(f"[{s}]" for s in shapes)
 
 
 def print_explain(result) -> None:

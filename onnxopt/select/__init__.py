@@ -33,6 +33,9 @@ class SelectReport:
         self.tuned: int = 0  # signatures timed in this run (the rest came from the cache)
         self.tune_cache: str | None = None
         self.regimes: list[workload.Regime] = []  # the shapes the kernels were ranked at
+        # With --tune: per regime label, the signatures (op, attributes, input shapes at that
+        # regime's sizes) whose decisions were timed or read from the cache.
+        self.tuned_shapes: dict[str, list[str]] = {}
 
     def chosen_counts(self) -> dict[str, int]:
         out: dict[str, int] = {}
@@ -60,7 +63,8 @@ class SelectReport:
         if self.regimes:
             data["workload"] = [r.to_json() for r in self.regimes]
         if self.tune_cache:
-            data["tuning"] = {"cache": self.tune_cache, "signatures_timed": self.tuned}
+            data["tuning"] = {"cache": self.tune_cache, "signatures_timed": self.tuned,
+                              "shapes": self.tuned_shapes}
         return data
 
 
@@ -95,6 +99,7 @@ def run(model: Model, options: OptimizeOptions, target: Target, *,
     if tuner is not None:
         tuner.cache.save()
         report.tuned, report.tune_cache = tuner.timed, tuner.cache.path
+        report.tuned_shapes = tuner.shapes
     return report if report.selections else None
 
 
@@ -176,6 +181,7 @@ class _Tuner:
         self.ort_version = ort.__version__
         self.timed = 0
         self.measure_missing = options.tune  # a cache alone is read, never extended
+        self.shapes: dict[str, list[str]] = {}  # regime label -> signatures it decided
 
     def times(self, node, legal: list[Kernel], binding: Binding, regime: workload.Regime):
         """(timings by kernel, failures, signature) for ``legal`` at ``binding`` (the sizes of
@@ -211,6 +217,9 @@ class _Tuner:
             self.timed += 1
             entry = self.cache.get(key)
         names = {k.name for k in legal}
+        decided = self.shapes.setdefault(regime.label, [])
+        if sig not in decided:
+            decided.append(sig)
         timings = {k: t for k, t in self.cache.timings(key).items() if k in names}
         failed = {k: v for k, v in entry["failed"].items() if k in names}
         return timings, failed, sig

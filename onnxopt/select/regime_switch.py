@@ -27,11 +27,13 @@ from onnxopt.select.kernel import Kernel, Layout
 
 
 def can_switch(node: Node, few: Kernel, many: Kernel) -> bool:
-    """Whether the node can be split by query length: its first input has a sequence axis,
-    and both kernels read and write the fused op's own layout (a packed-layout kernel takes
-    the place of the model's head merge, outside the node)."""
+    """Whether the node can be split by query length: an attention node (elsewhere, a norm or
+    an activation, a regime's gain is a few microseconds, less than the If costs), with
+    queries on an axis of its own, whose two kernels read and write the fused op's own layout
+    (a packed-layout kernel takes the place of the model's head merge, outside the node)."""
     q = node.inputs[0] if node.inputs else None
-    return (q is not None and q.rank is not None and q.rank >= 3
+    return (node.op_type == "AttentionFused" and q is not None and q.rank is not None
+            and q.rank >= 3
             and few.layout == Layout.BNSH and many.layout == Layout.BNSH)
 
 

@@ -136,3 +136,16 @@ def test_switched_model_computes_the_original(optimized, path, long):
             # every position, padded ones included
             err = float(np.abs(got - want).max()) / max(1.0, float(np.abs(want).max()))
             assert err < 1e-5, (case, err)
+
+
+def test_tune_times_the_decode_shapes(optimized, tmp_path):
+    result = optimized(GPT2, tune=True, tune_cache=str(tmp_path / "tuning.json"))
+    tuning = result.report.to_json()["select"]["tuning"]
+    decode = tuning["shapes"][f"decode b1 s1 p{wl.DEFAULT_PAST}"]
+    prefill = tuning["shapes"]["prefill b1 s128 p0"]
+    # the attention node timed with one query against the cache of past + 1 keys
+    assert any(s.startswith("AttentionFused|") and "float32[1, 4, 1, 16]" in s
+               and "float32[1, 4, 1025, 16]" in s for s in decode)
+    assert any(s.startswith("AttentionFused|") and "float32[1, 4, 128, 16]" in s
+               for s in prefill)
+    assert tuning["signatures_timed"] == len(set(decode) | set(prefill))
