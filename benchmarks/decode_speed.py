@@ -19,6 +19,7 @@ weights, seeded, perturbed as in ``cpu_speed.py``) with ``models/export.py``'s
   GPT-2, qwen3 for LLaMA and Qwen2; the generic bert optimizer where that one fails);
 - ``onnxscript``: ``onnxscript.rewriter.ort_fusions.optimize_for_ort``;
 - ``onnxopt``: ``onnxopt optimize --target cpu`` (this checkout);
+- ``onnxopt-tune``: the same with ``--tune`` (``--tune``);
 - ``baseline``: the same from another checkout (``--baseline``), e.g. before a change.
 
 Cells (batch, new tokens, past): decode 1x1 past 127, 1x1 past 1023, 4x1 past 511, 1x1 past
@@ -233,7 +234,8 @@ def time_model(files: dict[str, Path], cells: list[str], runs: int, warmup: int,
 
 def table(results: dict, cells: list[str]) -> str:
     present = {v for per in results.values() for row in per.values() for v in row["ms"]}
-    variants = [v for v in (*VARIANTS, "baseline") if v != "original" and v in present]
+    variants = [v for v in (*VARIANTS, "onnxopt-tune", "baseline")
+                if v != "original" and v in present]
     lines = ["| model | cell | original ms | " + " | ".join(variants) + " | onnxopt max rel err |",
              "|---|---|---:|" + "---:|" * len(variants) + "---:|"]
     speeds = {(v, kind): [] for v in variants for kind in ("decode", "prefill")}
@@ -275,6 +277,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--skip-export", action="store_true")
     ap.add_argument("--onnxopt-args", default="", help="extra arguments for onnxopt optimize")
     ap.add_argument("--baseline", type=Path, help="another onnxopt checkout, timed as 'baseline'")
+    ap.add_argument("--tune", action="store_true",
+                    help="also onnxopt --tune ('onnxopt-tune'; cache in benchmarks/_work/"
+                         "decode_speed/tuning.json, reused)")
     ap.add_argument("--json", default=str(WORK / "results.json"))
     args = ap.parse_args(argv)
     names = [n for n in args.models.split(",") if n]
@@ -302,12 +307,15 @@ def main(argv: list[str] | None = None) -> int:
         run_onnxopt(src, "onnxopt", ROOT, extra)
         if args.baseline:
             run_onnxopt(src, "baseline", args.baseline, [])
+        if args.tune:
+            run_onnxopt(src, "onnxopt-tune", ROOT,
+                        [*extra, "--tune", "--tune-cache", str(WORK / "tuning.json")])
     results = {}
     for src in sources:
         name = src.name.removesuffix(".onnx")
         print(f"timing {name} ...", flush=True)
-        files = {v: _variant_path(src, v) for v in (*VARIANTS, *(["baseline"] if args.baseline
-                                                                    else []))}
+        more = (["baseline"] if args.baseline else []) + (["onnxopt-tune"] if args.tune else [])
+        files = {v: _variant_path(src, v) for v in (*VARIANTS, *more)}
         results[name] = time_model(files, cells, args.runs, args.warmup, args.trials)
     md = table(results, cells)
     print()
