@@ -135,7 +135,8 @@ def _bind_for_regimes(model: Model, node, per_regime: list, target: Target) -> S
     fewest_many = min(r.seq for r, s in per_regime if s.chosen.name == many.chosen.name)
     threshold = max((r.seq for r, s in per_regime
                      if s.chosen.name == few.chosen.name and r.seq < fewest_many), default=None)
-    if threshold is not None and regime_switch.can_switch(node, few.chosen, many.chosen):
+    if threshold is not None and regime_switch.can_switch(node, few.chosen, many.chosen,
+                                                          model.opset):
         regime_switch.bind_by_queries(model, node, few.chosen, many.chosen, target, threshold)
         selection.also = few.chosen
         selection.switch = (f"queries <= {threshold}: {few.chosen.name}; more: "

@@ -25,14 +25,16 @@ from onnxopt.legality.target import Target
 from onnxopt.select.bind import bind, kernel_metadata
 from onnxopt.select.kernel import Kernel, Layout
 
+MIN_OPSET = 9  # Less on int64 (the query count)
 
-def can_switch(node: Node, few: Kernel, many: Kernel) -> bool:
+
+def can_switch(node: Node, few: Kernel, many: Kernel, opset: int) -> bool:
     """Whether the node can be split by query length: an attention node (elsewhere, a norm or
     an activation, a regime's gain is a few microseconds, less than the If costs), with
     queries on an axis of its own, whose two kernels read and write the fused op's own layout
     (a packed-layout kernel takes the place of the model's head merge, outside the node)."""
     q = node.inputs[0] if node.inputs else None
-    return (node.op_type == "AttentionFused" and q is not None and q.rank is not None
+    return (opset >= MIN_OPSET and node.op_type == "AttentionFused" and q is not None and q.rank is not None
             and q.rank >= 3
             and few.layout == Layout.BNSH and many.layout == Layout.BNSH)
 
@@ -45,11 +47,13 @@ def bind_by_queries(model: Model, node: Node, few: Kernel, many: Kernel, target:
     b = NodeBuilder(graph, node, created_by, opset=model.opset)
     q = node.inputs[0]
     shape = b.op("Shape", q)
-    queries = b.op("Slice", shape, b.const(np.array([-2], np.int64), "seq_axis"),
-                   b.const(np.array([-1], np.int64), "seq_end"))
-    few_queries = b.op("Squeeze", b.op("Less", queries, b.const(
-        np.array([max_queries + 1], np.int64), "decode_queries")), b.const(
-        np.array([0], np.int64), "zero"))
+    # Gather, not Slice: Slice took its bounds as attributes before opset 10.
+    queries = b.op("Gather", shape, b.const(np.array([q.rank - 2], np.int64), "seq_axis"),
+                   axis=0)
+    # A one-element condition, as If takes it (no Squeeze: its axes moved from an attribute
+    # to an input at opset 13).
+    few_queries = b.op("Less", queries, b.const(np.array([max_queries + 1], np.int64),
+                                                "decode_queries"))
     outputs = [o for o in node.outputs if o.num_uses or o.is_graph_output]
     branches = [_branch(graph, node, outputs, "few_queries"),
                 _branch(graph, node, outputs, "many_queries")]
