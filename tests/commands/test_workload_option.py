@@ -17,11 +17,11 @@ def model(models_dir, tmp_path):
 
 
 @pytest.mark.parametrize("given, says", [
-    ("decode:batch=x", "--workload decode:batch=x: 'batch=x' is not KEY=NUMBER with KEY one of "
-                       "batch, seq, past (e.g. decode:batch=4,past=1024 or "
-                       "prefill:batch=1,seq=512)"),
-    ("serve", "--workload serve: the regime must be one of prefill, decode (e.g. "
-              "decode:batch=4,past=1024 or prefill:batch=1,seq=512)"),
+    ("decode:batch=x", ("--workload decode:batch=x: 'batch=x' is not KEY=NUMBER with KEY one "
+                        "of batch, seq, past (e.g. decode:batch=4,past=1024 or "
+                        "prefill:batch=1,seq=512)")),
+    ("serve", ("--workload serve: the regime must be one of prefill, decode (e.g. "
+               "decode:batch=4,past=1024 or prefill:batch=1,seq=512)")),
 ])
 def test_a_malformed_workload_is_a_usage_error(cli, model, tmp_path, given, says):
     before = sorted(p.name for p in tmp_path.iterdir())
