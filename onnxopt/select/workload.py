@@ -173,21 +173,26 @@ def binding(model: Model, regime: Regime, query_symbols: Iterable[str] = ()) -> 
     attention mask's keys); without a cache every other dim is the sequence."""
     cache = {s for s in cache_symbols(model) if s}
     queries = set(query_symbols)
+    pinned = dict(regime.sizes)
+    batch, seq, past = regime.batch, regime.seq, regime.past
+    for name, size in pinned.items():  # a pinned cache or query length sizes the keys too
+        past = size if name in cache else past
+        seq = size if name in queries else seq
     sizes: dict[str, int] = {}
     for value in model.graph.inputs:
         for i, d in enumerate(value.shape or ()):
             if not isinstance(d, str) or "*" in d or "+" in d or d in sizes:
                 continue
             if i == 0:
-                sizes[d] = regime.batch
+                sizes[d] = batch
             elif d in cache:
-                sizes[d] = regime.past
+                sizes[d] = past
             elif d in queries or not cache:
-                sizes[d] = regime.seq
+                sizes[d] = seq
             else:
-                sizes[d] = regime.past + regime.seq
-    sizes.update(dict(regime.sizes))
-    return Binding(sizes, regime.seq)
+                sizes[d] = past + seq
+    sizes.update(pinned)
+    return Binding(sizes, seq)
 
 
 def query_symbols(nodes: Iterable) -> set[str]:

@@ -149,3 +149,20 @@ def test_tune_times_the_decode_shapes(optimized, tmp_path):
     assert any(s.startswith("AttentionFused|") and "float32[1, 4, 128, 16]" in s
                for s in prefill)
     assert tuning["signatures_timed"] == len(set(decode) | set(prefill))
+
+
+def test_a_fixed_cache_length_is_the_decode_past():
+    proto = onnx.load(str(GPT2))
+    for vi in proto.graph.input:
+        if vi.name.startswith("past_key_values."):
+            vi.type.tensor_type.shape.dim[2].dim_value = 64
+    model = import_model(proto)
+    assert wl.default_workload(model)[1] == wl.Regime("decode", 1, 1, 64)
+
+
+def test_shape_pins_a_regime_of_its_own():
+    model = import_model(onnx.load(str(GPT2)))
+    regimes = wl.workload(model, (), {"input_ids": (2, 1), "past_seq": (300,)})
+    assert regimes[-1] == wl.Regime("shape", sizes=(("batch", 2), ("past_seq", 300), ("seq", 1)))
+    sizes = wl.binding(model, regimes[-1], {"seq"}).sizes
+    assert sizes == {"batch": 2, "seq": 1, "past_seq": 300, "total_seq": 301}
