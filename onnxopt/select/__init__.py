@@ -78,9 +78,9 @@ def run(model: Model, options: OptimizeOptions, target: Target, *,
     length (:mod:`.regime_switch`)."""
     registry = default_registry() if registry is None else registry
     fused = [n for n in model.graph.all_nodes() if n.domain == FUSED_DOMAIN]
-    regimes = workload.workload(model, [workload.parse_regime(t) for t in options.workload],
-                                options.shapes)
     queries = workload.query_symbols(fused)
+    regimes = workload.workload(model, [workload.parse_regime(t) for t in options.workload],
+                                options.shapes, queries)
     bindings = [(r, workload.binding(model, r, queries)) for r in regimes]
     tuner = _Tuner(model, options, target) if options.tune or options.tune_cache else None
     report = SelectReport()

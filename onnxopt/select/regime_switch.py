@@ -62,8 +62,11 @@ def bind_by_queries(model: Model, node: Node, few: Kernel, many: Kernel, target:
                   else_branch=Attr(AttributeProto.GRAPH, branches[1][0]))
     switch = switch if isinstance(switch, list) else [switch]
     if_node = switch[0].producer
+    # The file says which kernel serves which query lengths; ``onnxopt.switch_queries`` is the
+    # threshold, so that a check can run both branches (a run with that many queries).
     if_node.metadata.update({**kernel_metadata(many), "onnxopt.kernel": f"{few.name} "
-                             f"(queries <= {max_queries}) | {many.name}"})
+                             f"(queries <= {max_queries}) | {many.name}",
+                             "onnxopt.switch_queries": str(max_queries)})
     for (sub, copy), kernel in zip(branches, (few, many)):
         sub.parent = if_node
         bind(model, copy, kernel, target)

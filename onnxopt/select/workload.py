@@ -43,6 +43,8 @@ class Regime:
     sizes: tuple[tuple[str, int], ...] = field(default=())
 
     def __str__(self) -> str:
+        if self.kind == STATED:  # the pinned sizes say it all (the rest are defaults)
+            return f"{self.kind}: " + ", ".join(f"{k}={v}" for k, v in self.sizes)
         text = f"{self.kind}: batch {self.batch}, {self.seq} token{'s' * (self.seq != 1)}"
         if self.past:
             text += f", past {self.past}"
@@ -53,8 +55,9 @@ class Regime:
     @property
     def label(self) -> str:
         """A short form for reports and tuning signatures: ``decode b1 s1 p1024``."""
-        text = f"{self.kind} b{self.batch} s{self.seq} p{self.past}"
-        return text + "".join(f" {k}={v}" for k, v in self.sizes)
+        if self.kind == STATED:
+            return f"{self.kind} " + " ".join(f"{k}={v}" for k, v in self.sizes)
+        return f"{self.kind} b{self.batch} s{self.seq} p{self.past}"
 
     def to_json(self) -> dict:
         data = {"kind": self.kind, "batch": self.batch, "seq": self.seq, "past": self.past}
@@ -142,18 +145,25 @@ def default_workload(model: Model) -> tuple[Regime, ...]:
 
 
 def workload(model: Model, stated: Iterable[Regime] = (),
-             pinned: Mapping[str, tuple[int, ...]] | None = None) -> tuple[Regime, ...]:
+             pinned: Mapping[str, tuple[int, ...]] | None = None,
+             queries: Iterable[str] = ()) -> tuple[Regime, ...]:
     """The regimes to rank in: those ``stated`` (``--workload``), else the default ones; and
-    the sizes ``pinned`` by ``--shape`` (input shapes or named dims) as one regime more."""
+    the sizes ``pinned`` by ``--shape`` (input shapes or named dims) as one regime more (its
+    batch, new tokens and past read from the pinned batch, ``queries`` and cache dims)."""
     regimes = tuple(stated) or default_workload(model)
     if pinned:
-        regimes += (_pinned_regime(model, pinned),)
+        regimes += (_pinned_regime(model, pinned, set(queries)),)
     return regimes
 
 
-def _pinned_regime(model: Model, pinned: Mapping[str, tuple[int, ...]]) -> Regime:
+def _pinned_regime(model: Model, pinned: Mapping[str, tuple[int, ...]],
+                   queries: set[str]) -> Regime:
     sizes: dict[str, int] = {}
+    batches: set[str] = set()
     inputs = {v.name: v for v in model.graph.inputs}
+    for value in model.graph.inputs:
+        if value.shape and isinstance(value.shape[0], str):
+            batches.add(value.shape[0])
     for name, dims in pinned.items():
         value = inputs.get(name)
         if value is None:
@@ -163,7 +173,15 @@ def _pinned_regime(model: Model, pinned: Mapping[str, tuple[int, ...]]) -> Regim
         for d, n in zip(value.shape or (), dims):
             if isinstance(d, str):
                 sizes.setdefault(d, n)
-    return Regime(STATED, sizes=tuple(sorted(sizes.items())))
+    cache = cache_symbols(model)
+    role = {"batch": DEFAULT_BATCH, "seq": DEFAULT_SEQ, "past": 0}
+    for name, size in sizes.items():
+        key = ("batch" if name in batches else "seq" if name in queries
+               else "past" if name in cache else None)
+        if key:
+            role[key] = size
+    return Regime(STATED, role["batch"], role["seq"], role["past"],
+                  sizes=tuple(sorted(sizes.items())))
 
 
 def binding(model: Model, regime: Regime, query_symbols: Iterable[str] = ()) -> Binding:

@@ -162,7 +162,9 @@ def test_a_fixed_cache_length_is_the_decode_past():
 
 def test_shape_pins_a_regime_of_its_own():
     model = import_model(onnx.load(str(GPT2)))
-    regimes = wl.workload(model, (), {"input_ids": (2, 1), "past_seq": (300,)})
-    assert regimes[-1] == wl.Regime("shape", sizes=(("batch", 2), ("past_seq", 300), ("seq", 1)))
+    regimes = wl.workload(model, (), {"input_ids": (2, 1), "past_seq": (300,)}, {"seq"})
+    assert regimes[-1] == wl.Regime("shape", 2, 1, 300,
+                                    sizes=(("batch", 2), ("past_seq", 300), ("seq", 1)))
+    assert str(regimes[-1]) == "shape: batch=2, past_seq=300, seq=1"
     sizes = wl.binding(model, regimes[-1], {"seq"}).sizes
     assert sizes == {"batch": 2, "seq": 1, "past_seq": 300, "total_seq": 301}
