@@ -21,6 +21,10 @@ Usage::
 
     pip install torch==2.13.0 transformers==5.24.0 onnxscript==0.7.2 onnx==1.23.2 onnxruntime==1.32.0
     python models/export.py [--only NAME[,NAME...]] [--out models/] [--no-verify]
+    python models/export.py with-past [--only gpt2,llama,...] [--exporter ts|dynamo|both] [--out DIR]
+
+``with-past`` exports Optimum-style ``decoder_with_past`` steps (key/value cache in and out,
+see ``DecoderWithPastWrapper``) of the decoder-only families in ``WITH_PAST``.
 """
 
 from __future__ import annotations
@@ -910,7 +914,7 @@ def verify_with_past(wrapper: DecoderWithPastWrapper, path: str) -> float:
     inputs = [i.name for i in sess.get_inputs()]
     worst = 0.0
     for batch, seq, past, left, right in ((1, 1, 7, 0, 0), (2, 1, 12, 3, 0), (2, 4, 9, 0, 2),
-                                          (3, 6, 0 + 4, 2, 0)):
+                                          (3, 6, 4, 2, 0)):
         inp = with_past_inputs(wrapper, batch, seq, past, left, right)
         with torch.no_grad():
             ref = wrapper(*[inp[n] for n in inputs])
