@@ -61,6 +61,13 @@ SEED: dict[tuple[str, ...], float] = {
     ("ort.MultiHeadAttention", CPU, "decode"): 1.02,
     ("ort.MultiHeadAttention.repeat_kv", CPU, "decode"): 1.6,
     ("decompose.AttentionFused.lean", CPU, "decode"): 0.92,
+    # Rotary: ORT's RotaryEmbedding on the model's own cos/sin rows (their halves proved
+    # equal) is 0.62-0.77x the decomposition at batch 1 x 128 tokens x 8 heads of 64 and
+    # 0.93-1.04x (within a microsecond) in decode steps (LLaMA dynamo export of
+    # benchmarks/decode_speed.py, q and k); on small tensors (4 heads of 16 x 128 tokens, the
+    # models/ LLaMA) the rows it is given cost more than it saves: 0.94-1.08x.
+    ("ort.RotaryEmbedding", CPU, "small"): 1.05,
+    ("ort.RotaryEmbedding", CPU): 0.75,
     # LayerNorm: the decomposition's Add + LayerNormalization becomes ORT's CPU
     # SkipLayerNormalization (7x slower) when the sum has no other reader; with the sum also
     # an output, ORT leaves the two ops alone and an explicit SkipLayerNormalization is the
@@ -120,11 +127,14 @@ def features(node: Node, binding: Binding) -> tuple[str, ...]:
             feats.append(size_bucket(int(np_prod(qs[:-1]) * ks[-2])))
     else:
         xs = binding.shape(node.inputs[0].shape)
+        if xs and node.op_type == "RotaryFused" and np_prod(xs) < SMALL_ROTARY:
+            feats.append("small")
         if xs:
             feats.append(size_bucket(int(np_prod(xs))))
     return tuple(feats)
 
 
+SMALL_ROTARY = 1 << 15  # elements of X below which ORT's rotary op does not pay
 DECODE_QUERIES = 16  # at most this many queries against more keys: a decode step
 
 
