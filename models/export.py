@@ -21,6 +21,10 @@ Usage::
 
     pip install torch==2.13.0 transformers==5.24.0 onnxscript==0.7.2 onnx==1.23.2 onnxruntime==1.32.0
     python models/export.py [--only NAME[,NAME...]] [--out models/] [--no-verify]
+    python models/export.py with-past [--only gpt2,llama,...] [--exporter ts|dynamo|both] [--out DIR]
+
+``with-past`` exports Optimum-style ``decoder_with_past`` steps (key/value cache in and out,
+see ``DecoderWithPastWrapper``) of the decoder-only families in ``WITH_PAST``.
 """
 
 from __future__ import annotations
@@ -784,6 +788,199 @@ def summarize(out_dir: str, names: list[str]) -> None:
 # --------------------------------------------------------------------------- main
 
 
+# --------------------------------------------------------------------------- decoder with past
+
+
+class DecoderWithPastWrapper(nn.Module):
+    """An Optimum-style ``decoder_with_past`` step: ``(input_ids [batch, seq], attention_mask
+    [batch, past + seq], past key and value per layer [batch, kv_heads, past, head_dim])`` ->
+    ``(logits, present key and value per layer [batch, kv_heads, past + seq, head_dim])``.
+
+    The cache is rebuilt from the flat tensors on every call (a ``DynamicCache``), so the
+    exported graph holds the Concat of the past and the new keys that a generation loop
+    runs at every step, and the attention over ``past + seq`` keys with the mask given.
+    """
+
+    def __init__(self, model: nn.Module, layers: int):
+        super().__init__()
+        self.model = model
+        self.layers = layers
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, *past: torch.Tensor):
+        from transformers.cache_utils import DynamicCache
+
+        pairs = [(past[2 * i], past[2 * i + 1]) for i in range(self.layers)]
+        cache = DynamicCache(pairs, config=self.model.config)
+        out = self.model(input_ids=input_ids, attention_mask=attention_mask,
+                         past_key_values=cache, use_cache=True, return_dict=True)
+        present = []
+        for layer in out.past_key_values.layers[: self.layers]:
+            present += [layer.keys, layer.values]
+        return (out.logits, *present)
+
+
+# name -> (builder, attention implementation): the decoder-only families exported with a cache.
+WITH_PAST = {"gpt2": (_gpt2, "eager"), "llama": (_llama, "sdpa"), "qwen2": (_qwen2, "sdpa"),
+             "gpt_neox": (_gpt_neox, "eager")}
+
+
+def build_with_past(name: str, attn: str | None = None) -> DecoderWithPastWrapper:
+    """The ``decoder_with_past`` wrapper of a ``WITH_PAST`` family (at this module's sizes)."""
+    builder, default = WITH_PAST[name]
+    torch.manual_seed(SEED + zlib.crc32(f"{name}.with_past".encode()) % 10_000)
+    model = builder(attn or default)
+    model.config.use_cache = True
+    model.eval()
+    return DecoderWithPastWrapper(model, model.config.num_hidden_layers).eval()
+
+
+def cache_geometry(wrapper: DecoderWithPastWrapper) -> tuple[int, int, int]:
+    """(layers, key/value heads, head dim) of the wrapped model's cache."""
+    cfg = wrapper.model.config
+    heads = cfg.num_attention_heads
+    kv = getattr(cfg, "num_key_value_heads", None) or heads
+    return cfg.num_hidden_layers, kv, cfg.hidden_size // heads
+
+
+def with_past_names(layers: int) -> tuple[list[str], list[str]]:
+    """Optimum's input and output names."""
+    past = [f"past_key_values.{i}.{kv}" for i in range(layers) for kv in ("key", "value")]
+    present = [f"present.{i}.{kv}" for i in range(layers) for kv in ("key", "value")]
+    return ["input_ids", "attention_mask", *past], ["logits", *present]
+
+
+def with_past_inputs(wrapper: DecoderWithPastWrapper, batch: int, seq: int, past: int,
+                     left_pad: int = 0, right_pad: int = 0, seed: int = 1) -> dict:
+    """Random inputs of one step; ``left_pad`` leading / ``right_pad`` trailing masked
+    positions in every row but the first (the mask spans past + seq)."""
+    layers, kv, dim = cache_geometry(wrapper)
+    g = torch.Generator().manual_seed(seed + 1000 * batch + 10 * seq + past)
+    vocab = wrapper.model.config.vocab_size
+    out = {"input_ids": torch.randint(2, vocab, (batch, seq), generator=g, dtype=torch.int64)}
+    mask = torch.ones(batch, past + seq, dtype=torch.int64)
+    for r in range(1, batch):
+        if left_pad:
+            mask[r, :left_pad] = 0
+        if right_pad:
+            mask[r, past + seq - right_pad:] = 0
+    out["attention_mask"] = mask
+    for name in with_past_names(layers)[0][2:]:
+        out[name] = torch.randn(batch, kv, past, dim, generator=g)
+    return out
+
+
+def export_with_past(wrapper: DecoderWithPastWrapper, exporter: str) -> onnx.ModelProto:
+    """Export one ``decoder_with_past`` model: ``exporter`` "ts" (TorchScript, opset 17) or
+    "dynamo" (opset 18); dims named batch, seq, past_seq and total_seq (= past + seq)."""
+    layers = cache_geometry(wrapper)[0]
+    inputs, outputs = with_past_names(layers)
+    ex = with_past_inputs(wrapper, 2, 3, 5)
+    args = tuple(ex[n] for n in inputs)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if exporter == "ts":
+            dyn = {"input_ids": {0: "batch", 1: "seq"}, "attention_mask": {0: "batch", 1: "total_seq"},
+                   "logits": {0: "batch", 1: "seq"}}
+            dyn.update({n: {0: "batch", 2: "past_seq"} for n in inputs[2:]})
+            dyn.update({n: {0: "batch", 2: "total_seq"} for n in outputs[1:]})
+            buf = io.BytesIO()
+            torch.onnx.export(wrapper, args, buf, dynamo=False, opset_version=TS_OPSET,
+                              input_names=inputs, output_names=outputs, dynamic_axes=dyn,
+                              do_constant_folding=True)
+            proto = onnx.load_from_string(buf.getvalue())
+            note = f"torch.onnx.export(dynamo=False, opset_version={TS_OPSET})"
+        else:
+            from torch.export import Dim
+
+            auto = Dim.DYNAMIC
+            shapes = ({0: auto, 1: auto}, {0: auto, 1: auto},
+                      tuple({0: auto, 2: auto} for _ in inputs[2:]))  # *past: one tuple
+            prog = torch.onnx.export(wrapper, args, dynamo=True, opset_version=DYNAMO_OPSET,
+                                     input_names=inputs, output_names=outputs,
+                                     dynamic_shapes=shapes, external_data=False, optimize=True,
+                                     report=False, verify=False)
+            proto = prog.model_proto
+            for node in proto.graph.node:
+                keep = [p for p in node.metadata_props if p.key != "pkg.torch.onnx.stack_trace"]
+                del node.metadata_props[:]
+                node.metadata_props.extend(keep)
+            note = f"torch.onnx.export(dynamo=True, opset_version={DYNAMO_OPSET})"
+    proto.ir_version = IR_VERSION
+    proto.doc_string = (f"onnxopt decoder_with_past model: {type(wrapper.model).__name__} random, "
+                        f"attn_implementation={wrapper.model.config._attn_implementation}, {note}")
+    _name_with_past_dims(proto)
+    return proto
+
+
+def _name_with_past_dims(proto: onnx.ModelProto) -> None:
+    """Input and output dims read batch / seq / past_seq / total_seq, whatever the exporter
+    called them."""
+    wanted: dict[str, str] = {}
+    for vi in proto.graph.input:
+        dims = vi.type.tensor_type.shape.dim
+        names = {"input_ids": ("batch", "seq"), "attention_mask": ("batch", "total_seq")}.get(
+            vi.name, ("batch", None, "past_seq"))
+        for d, w in zip(dims, names):
+            if w and d.HasField("dim_param"):
+                wanted.setdefault(d.dim_param, w)
+    for vis in (proto.graph.input, proto.graph.output, proto.graph.value_info):
+        for vi in vis:
+            for d in vi.type.tensor_type.shape.dim:
+                if d.HasField("dim_param") and d.dim_param in wanted:
+                    d.dim_param = wanted[d.dim_param]
+    for vi in proto.graph.output:
+        dims = vi.type.tensor_type.shape.dim
+        if vi.name.startswith("present.") and len(dims) == 4 and not dims[2].HasField("dim_value"):
+            dims[2].dim_param = "total_seq"
+
+
+def verify_with_past(wrapper: DecoderWithPastWrapper, path: str) -> float:
+    """Worst relative error of every output against PyTorch in ONNX Runtime, over right and
+    left padding, batch 1 and 2, one and several new tokens, short and longer caches."""
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    sess = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+    inputs = [i.name for i in sess.get_inputs()]
+    worst = 0.0
+    for batch, seq, past, left, right in ((1, 1, 7, 0, 0), (2, 1, 12, 3, 0), (2, 4, 9, 0, 2),
+                                          (3, 6, 4, 2, 0)):
+        inp = with_past_inputs(wrapper, batch, seq, past, left, right)
+        with torch.no_grad():
+            ref = wrapper(*[inp[n] for n in inputs])
+        got = sess.run(None, {n: inp[n].numpy() for n in inputs})
+        for r, g in zip(ref, got):
+            r = r.numpy()
+            if r.shape != g.shape:
+                raise AssertionError(f"{path}: shape {g.shape} != {r.shape}")
+            worst = max(worst, float(np.abs(g - r).max()) / max(1.0, float(np.abs(r).max())))
+    return worst
+
+
+def main_with_past(argv: list[str] | None = None) -> int:
+    """``python models/export.py with-past --only gpt2 --out DIR``: decoder_with_past exports."""
+    ap = argparse.ArgumentParser(prog="export.py with-past")
+    ap.add_argument("--only", default=",".join(WITH_PAST))
+    ap.add_argument("--out", default=os.path.dirname(os.path.abspath(__file__)))
+    ap.add_argument("--exporter", choices=["ts", "dynamo", "both"], default="both")
+    ap.add_argument("--attn", choices=["eager", "sdpa"], help="default: the family's own")
+    args = ap.parse_args(argv)
+    os.makedirs(args.out, exist_ok=True)
+    bad = 0
+    for name in args.only.split(","):
+        for tag in ("ts", "dynamo") if args.exporter == "both" else (args.exporter,):
+            wrapper = build_with_past(name, args.attn)
+            path = os.path.join(args.out, f"{name}_with_past.{tag}.onnx")
+            proto = export_with_past(wrapper, tag)
+            onnx.save_model(proto, path, save_as_external_data=False)
+            err = verify_with_past(wrapper, path)
+            print(f"{path}: {len(proto.graph.node)} nodes, worst rel err {err:.2e}", flush=True)
+            bad += not err < 1e-4
+    return 1 if bad else 0
+
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--only", default="", help="comma-separated model names: " + ",".join(SPECS))
@@ -1028,4 +1225,6 @@ def export_audio_family(names: list[str], out: str, exporters: list[str], check:
 
 
 if __name__ == "__main__":
+    if sys.argv[1:2] == ["with-past"]:
+        sys.exit(main_with_past(sys.argv[2:]))
     sys.exit(main())

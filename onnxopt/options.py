@@ -97,6 +97,12 @@ class OptimizeOptions:
     debug: bool = False
     hold_back: frozenset[HoldUnit] = field(default_factory=frozenset)
     extra_rules: tuple = ()  # Rule instances run after the built-in ones (plugins, tests)
+    # The shapes kernel selection ranks (and --tune times) kernels at: regimes such as
+    # "decode:batch=4,past=1024" (onnxopt.select.workload.parse_regime; none: a prefill, and a
+    # decode step where the model has a key/value cache), and sizes pinned by --shape
+    # (input name or dim name -> dims), ranked as one regime more.
+    workload: tuple[str, ...] = ()
+    shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)
 
     def skips_pass(self, name: str) -> bool:
         return PassUnit(name) in self.hold_back

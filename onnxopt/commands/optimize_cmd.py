@@ -34,6 +34,7 @@ from onnxopt.exporter.save import TrialFolder, pause_point
 from onnxopt.options import OptimizeOptions
 from onnxopt.pipeline import OptimizeResult
 from onnxopt.safeguard import optimize_guarded
+from onnxopt.select.workload import parse_regime
 from onnxopt.verification import NotVerified, VerifyReport, verify_isolated
 
 
@@ -84,6 +85,15 @@ def _importing_rich_at_checks(progress):
 @click.option("--tune-cache", type=click.Path(dir_okay=False), default=None,
               help="Tuning decisions file (default: ~/.cache/onnxopt/tuning.json). Without "
                    "--tune it must exist: its decisions are reused but nothing is timed.")
+@click.option("--workload", "workloads", multiple=True, metavar="REGIME",
+              help="A shape the model will run at, for ranking and --tune (repeatable): "
+                   "KIND[:KEY=N,...] with KIND prefill or decode and KEY batch, seq (new "
+                   "tokens) or past (cached tokens), e.g. decode:batch=4,past=1024 or "
+                   "prefill:seq=512. Default: a prefill (batch 1, 128 tokens) and, where the "
+                   "model has a key/value cache input, a decode step (1 token, past 1024 or "
+                   "the cache's fixed length). Where the regimes' best kernels differ, an "
+                   "attention node switches between them on its query length. Sizes pinned "
+                   "by --shape are ranked as one regime more.")
 @rule_options
 @click.option("--no-fuse", is_flag=True, help="Rewrite nothing: import and export only (a round trip).")
 @click.option("-q", "--quiet", is_flag=True, help="Print nothing but errors.")
@@ -95,19 +105,22 @@ def _importing_rich_at_checks(progress):
 def optimize(model: str, output: str | None, json_path: str | None, do_verify: bool,
              target: str | None, ort_version: str | None, opset: int | None, determinism: str,
              tune: bool, tune_cache: str | None, only: tuple[str, ...], disable: tuple[str, ...],
-             no_fuse: bool, quiet: bool, do_bisect: bool, inputs: tuple[str, ...],
-             shapes: tuple[str, ...], debug: bool) -> None:
+             workloads: tuple[str, ...], no_fuse: bool, quiet: bool, do_bisect: bool,
+             inputs: tuple[str, ...], shapes: tuple[str, ...], debug: bool) -> None:
     """Optimize MODEL and write the result; print a report of what changed."""
     output = output or default_output(model)
     check_optimize(model, output, json_path, do_verify=do_verify, do_bisect=do_bisect,
                    fuse=not no_fuse, ort_version=ort_version, opset=opset, tune=tune,
                    tune_cache=tune_cache, only=only, disable=disable, inputs=inputs,
                    shapes=shapes)
+    for regime in workloads:
+        parse_regime(regime)  # a malformed regime is a usage error before any work
     given = verify_inputs(inputs, shapes) if do_verify else {}
     options = OptimizeOptions(target=target, only=frozenset(only), disable=frozenset(disable),
                               opset=opset, ort_version=ort_version, determinism=determinism,
                               tune=tune, tune_cache=tune_cache,
-                              fuse=not no_fuse, debug=debug)
+                              fuse=not no_fuse, debug=debug, workload=tuple(workloads),
+                              shapes=dict(given.get("shapes") or {}))
     # With the JSON on stdout, everything a person reads goes to stderr.
     human = contextlib.redirect_stdout(sys.stderr) if json_path == "-" else contextlib.nullcontext()
     with human:

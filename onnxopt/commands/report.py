@@ -143,7 +143,9 @@ def print_selection(out: Console, report) -> None:
 
     groups: dict[tuple[str, str], list] = defaultdict(list)
     for s in report.selections:
-        groups[(s.op, s.chosen.name)].append(s)
+        # A node switched between regimes' kernels shows both, with the query lengths of each.
+        switch = getattr(s, "switch", "")
+        groups[(s.op, switch.replace("; ", "\n") if switch else s.chosen.name)].append(s)
     if not groups:
         return
     table = new_table("kernels")
@@ -164,6 +166,10 @@ def print_selection(out: Console, report) -> None:
         basis = Counter(s.basis for s in sels).most_common(1)[0][0]
         table.add_row(op, chosen, str(len(sels)), basis, why)
     out.print(table)
+    regimes = getattr(report, "regimes", [])
+    if len(regimes) > 1 or any(r.kind != "prefill" or r.seq != 128 or r.batch != 1
+                               for r in regimes):
+        out.print("workload (kernels ranked at): " + "; ".join(map(str, regimes)), markup=False)
     for library in getattr(report, "runtime_libraries", list)():
         out.print(f"runtime: the output needs {library} (register it with ONNX Runtime's "
                   "register_custom_ops_library; `onnxopt kernels --library` prints its path)",
@@ -173,6 +179,18 @@ def print_selection(out: Console, report) -> None:
     tuning = getattr(report, "tune_cache", None)
     if tuning:
         out.print(f"tuning: {report.tuned} signature(s) timed; decisions in {tuning}")
+        for regime, signatures in getattr(report, "tuned_shapes", {}).items():
+            shapes = sorted({_input_shapes(sig) for sig in signatures})
+            out.print(f"tuned at {regime}: " + "; ".join(shapes), markup=False)
+
+
+def _input_shapes(signature: str) -> str:
+    """``AttentionFused q[1, 8, 1, 64] k[1, 8, 1025, 64] ...``: a tuning signature's op and
+    input shapes (its attributes left out)."""
+    parts = signature.split("|")
+    shapes = [p.split("[", 1)[1].split("]")[0].replace(" ", "") for p in parts[1:]
+              if "[" in p and "=" not in p.split("[", 1)[0]]
+    return f"{parts[0]} " + " ".join(f"[{s}]" for s in shapes)
 
 
 def print_explain(result) -> None:
@@ -187,7 +205,10 @@ def print_explain(result) -> None:
         out.print(f"         {r.detail}", markup=False)
     if result.selection is not None:
         for s in result.selection.selections:
-            out.print(f"kernel  {s.node}: {s.chosen.name} ({s.basis})")
+            out.print(f"kernel  {s.node}: {s.switch or s.chosen.name} ({s.basis})",
+                      markup=False)
+            for regime, kernel in s.regimes.items():
+                out.print(f"         {regime}: {kernel}", markup=False)
             for k, reason in s.rejected:
                 out.print(f"         not {k.name}: {reason}", markup=False)
     print_fusion(out, result.fusion)

@@ -10,12 +10,15 @@ legal, so a model with nothing better still runs everywhere.
 
 from __future__ import annotations
 
+import dataclasses
+import math
+
 from onnxopt.ir.builder import FUSED_DOMAIN
 from onnxopt.ir.model import Model
 from onnxopt.legality.target import Target
 from onnxopt.options import OptimizeOptions
 from onnxopt.runtime.ort_module import ort
-from onnxopt.select import cost_model, tuning
+from onnxopt.select import cost_model, regime_switch, tuning, workload
 from onnxopt.select.bind import bind
 from onnxopt.select.decompose import decomposition_kernels
 from onnxopt.select.kernel import Kernel
@@ -29,11 +32,17 @@ class SelectReport:
         self.selections: list[Selection] = []
         self.tuned: int = 0  # signatures timed in this run (the rest came from the cache)
         self.tune_cache: str | None = None
+        self.regimes: list[workload.Regime] = []  # the shapes the kernels were ranked at
+        # With --tune: per regime label, the signatures (op, attributes, input shapes at that
+        # regime's sizes) whose decisions were timed or read from the cache.
+        self.tuned_shapes: dict[str, list[str]] = {}
 
     def chosen_counts(self) -> dict[str, int]:
         out: dict[str, int] = {}
         for s in self.selections:
-            out[s.chosen.name] = out.get(s.chosen.name, 0) + 1
+            for kernel in (s.chosen, s.also):
+                if kernel is not None:
+                    out[kernel.name] = out.get(kernel.name, 0) + 1
         return out
 
     def runtime_libraries(self) -> list[str]:
@@ -51,42 +60,101 @@ class SelectReport:
             data["runtime_libraries"] = self.runtime_libraries()
         if self.assumptions():
             data["assumptions"] = dict(sorted(self.assumptions().items()))
+        if self.regimes:
+            data["workload"] = [r.to_json() for r in self.regimes]
         if self.tune_cache:
-            data["tuning"] = {"cache": self.tune_cache, "signatures_timed": self.tuned}
+            data["tuning"] = {"cache": self.tune_cache, "signatures_timed": self.tuned,
+                              "shapes": self.tuned_shapes}
         return data
 
 
 def run(model: Model, options: OptimizeOptions, target: Target, *,
         registry: list[Kernel] | None = None) -> SelectReport | None:
-    """The select stage, for the run's target (:func:`onnxopt.legality.target.run_target`)."""
+    """The select stage, for the run's target (:func:`onnxopt.legality.target.run_target`).
+
+    Each fused node is ranked in every regime of the workload (:mod:`.workload`: a prefill,
+    and a decode step where the model has a key/value cache, or what the options state);
+    where the regimes' best kernels differ the node is bound to both, switched on its query
+    length (:mod:`.regime_switch`)."""
     registry = default_registry() if registry is None else registry
-    binding = Binding.for_model(model)
-    tuner = _Tuner(model, options, target, binding) if options.tune or options.tune_cache else None
-    report = SelectReport()
     fused = [n for n in model.graph.all_nodes() if n.domain == FUSED_DOMAIN]
+    queries = workload.query_symbols(fused)
+    regimes = workload.workload(model, [workload.parse_regime(t) for t in options.workload],
+                                options.shapes, queries)
+    bindings = [(r, workload.binding(model, r, queries)) for r in regimes]
+    tuner = _Tuner(model, options, target) if options.tune or options.tune_cache else None
+    report = SelectReport()
+    report.regimes = list(regimes)
     for node in fused:
         legal, _ = legal_kernels(node, target, registry, model_opset=model.opset)
         if not legal:
             selection = _fallback(node, target, registry, model.opset)
-        elif tuner is not None and len(legal) > 1 and (timed := tuner.times(node, legal)):
-            timings, failed, sig = timed
-            untuned = select_kernel(node, target, registry,
-                                    cost_model.estimates(legal, node, target, binding),
-                                    model_opset=model.opset, failed=failed)
-            selection = tuning.tuned_selection(untuned, legal, timings)
-            selection.signature = sig
+            per_regime = [(regimes[0], selection)]
         else:
-            selection = None
-        if selection is None:
-            costs = cost_model.estimates(legal, node, target, binding)
-            selection = select_kernel(node, target, registry, costs, model_opset=model.opset)
+            per_regime = [(r, _select_in(node, legal, target, registry, model, b, r, tuner))
+                          for r, b in bindings]
+        selection = _bind_for_regimes(model, node, per_regime, target)
         selection.rule = node.created_by
         report.selections.append(selection)
-        bind(model, node, selection.chosen, target)
     if tuner is not None:
         tuner.cache.save()
         report.tuned, report.tune_cache = tuner.timed, tuner.cache.path
+        report.tuned_shapes = tuner.shapes
     return report if report.selections else None
+
+
+def _select_in(node, legal: list[Kernel], target: Target, registry: list[Kernel], model: Model,
+               binding: Binding, regime: workload.Regime, tuner) -> Selection:
+    """The selection for one regime: tuned where ``tuner`` times it, else the cost model's."""
+    costs = cost_model.estimates(legal, node, target, binding)
+    if tuner is not None and len(legal) > 1 and (
+            timed := tuner.times(node, legal, binding, regime)):
+        timings, failed, sig = timed
+        untuned = select_kernel(node, target, registry, costs, model_opset=model.opset,
+                                failed=failed)
+        selection = tuning.tuned_selection(untuned, legal, timings)
+        selection.signature = sig
+        return selection
+    return select_kernel(node, target, registry, costs, model_opset=model.opset)
+
+
+def _bind_for_regimes(model: Model, node, per_regime: list, target: Target) -> Selection:
+    """Bind ``node`` to the kernel its regimes agree on; where the fewest-query and the
+    most-query regimes disagree, to both, switched on the query length (the largest query
+    count of a regime that wants the few-query kernel is the threshold). Where the node
+    cannot be switched, the kernel whose costs over all regimes are least (geometric mean)."""
+    chosen = {r.label: s.chosen.name for r, s in per_regime}
+    by_seq = sorted(per_regime, key=lambda rs: rs[0].seq)
+    few, many = by_seq[0][1], by_seq[-1][1]
+    selection = many if few.chosen.name != many.chosen.name else per_regime[0][1]
+    if len(per_regime) > 1:
+        selection.regimes = chosen
+    if few.chosen.name == many.chosen.name:
+        bind(model, node, selection.chosen, target)
+        return selection
+    fewest_many = min(r.seq for r, s in per_regime if s.chosen.name == many.chosen.name)
+    threshold = max((r.seq for r, s in per_regime
+                     if s.chosen.name == few.chosen.name and r.seq < fewest_many), default=None)
+    if threshold is not None and regime_switch.can_switch(node, few.chosen, many.chosen,
+                                                          model.opset):
+        regime_switch.bind_by_queries(model, node, few.chosen, many.chosen, target, threshold)
+        selection.also = few.chosen
+        selection.switch = (f"queries <= {threshold}: {few.chosen.name}; more: "
+                            f"{many.chosen.name}")
+        return selection
+    selection = min((s for _, s in per_regime), key=lambda s: _overall(s.chosen.name, per_regime))
+    selection.regimes = chosen
+    bind(model, node, selection.chosen, target)
+    return selection
+
+
+def _overall(kernel: str, per_regime: list) -> float:
+    """A kernel's geometric-mean cost over the regimes (relative to each regime's best)."""
+    total = 0.0
+    for _, s in per_regime:
+        best = min(s.costs.values(), default=1.0) or 1.0
+        total += math.log(max(s.costs.get(kernel, float("inf")), 1e-12) / best)
+    return total
 
 
 def _both_lengths(short: dict[str, tuning.Timing], short_failed: dict[str, str],
@@ -108,25 +176,26 @@ def _fallback(node, target: Target, registry: list[Kernel], model_opset: int) ->
 class _Tuner:
     """Times the legal kernels of each distinct signature once per run, through the cache."""
 
-    def __init__(self, model: Model, options: OptimizeOptions, target: Target,
-                 binding: Binding) -> None:
-
-
-        self.model, self.target, self.binding = model, target, binding
+    def __init__(self, model: Model, options: OptimizeOptions, target: Target) -> None:
+        self.model, self.target = model, target
         self.cache = tuning.TuningCache(options.tune_cache)
         self.ort_version = ort.__version__
         self.timed = 0
         self.measure_missing = options.tune  # a cache alone is read, never extended
+        self.shapes: dict[str, list[str]] = {}  # regime label -> signatures it decided
 
-    def times(self, node, legal: list[Kernel]):
-        """(timings by kernel, failures, signature) for ``legal``, or None if it cannot be
-        tuned."""
+    def times(self, node, legal: list[Kernel], binding: Binding, regime: workload.Regime):
+        """(timings by kernel, failures, signature) for ``legal`` at ``binding`` (the sizes of
+        ``regime``), or None if it cannot be tuned."""
 
-        sig = tuning.signature(node, self.binding)
+        sig = tuning.signature(node, binding)
         if sig is None:
             return None
         switch = max(k.switch_seq for k in legal)
-        long_seq = max(2 * switch, self.binding.default) if switch else 0
+        queries = binding.shape(node.inputs[0].shape) if node.inputs else None
+        if queries and len(queries) >= 2 and queries[-2] < switch // 2:
+            switch = 0  # a decode step: no run of this regime reaches the kernel's switch
+        long_seq = max(2 * switch, binding.default) if switch else 0
         if long_seq:  # a kernel that changes its plan with the length is timed on both sides
             sig = f"{sig}|and seq {long_seq}"
         key = tuning.cache_key(sig, self.target, self.ort_version)
@@ -137,17 +206,21 @@ class _Tuner:
             return None
         if missing:
             # Time the whole candidate set together (interleaved), so numbers are comparable.
-            times, failed = tuning.measure(self.model, node, legal, self.target, self.binding)
+            times, failed = tuning.measure(self.model, node, legal, self.target, binding)
             if times and long_seq:
+                longer = workload.binding(self.model, dataclasses.replace(regime, seq=long_seq),
+                                          workload.query_symbols([node]))
                 times, failed = _both_lengths(times, failed, *tuning.measure(
-                    self.model, node, legal, self.target,
-                    Binding.for_model(self.model, seq=long_seq)))
+                    self.model, node, legal, self.target, longer))
             if not times:  # the provider is not on this machine, or nothing ran: no decision
                 return None
             self.cache.put(key, times, failed, runs=len(times))
             self.timed += 1
             entry = self.cache.get(key)
         names = {k.name for k in legal}
+        decided = self.shapes.setdefault(regime.label, [])
+        if sig not in decided:
+            decided.append(sig)
         timings = {k: t for k, t in self.cache.timings(key).items() if k in names}
         failed = {k: v for k, v in entry["failed"].items() if k in names}
         return timings, failed, sig

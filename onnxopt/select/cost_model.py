@@ -4,7 +4,9 @@ Without ``--tune`` the selector ranks legal kernels by these numbers. Each entry
 is keyed by kernel, execution provider and, most specific first, the node's
 *features* — what changes the answer: whether a norm folds a residual and
 also outputs the sum, whether attention carries a NaN guard or grouped heads,
-and a size bucket of the work at representative sizes (batch 1, sequence 128).
+whether it is a decode step (a few queries against a longer cache), and a size bucket of
+the work at the regime's sizes (:mod:`onnxopt.select.workload`; batch 1, sequence 128 for
+a prefill).
 A kernel with no entry ranks by its ``Kernel.cost`` prior.
 
 The CPU numbers are medians of ``--tune`` micro-models (ONNX Runtime 1.31, 1
@@ -49,6 +51,23 @@ SEED: dict[tuple[str, ...], float] = {
     ("decompose.AttentionFused.causal_blocks", CPU, "nan_guard", "grouped"): 0.71,
     ("decompose.AttentionFused.causal_blocks", CPU, "nan_guard"): 0.71,
     ("decompose.AttentionFused.causal_blocks", CPU): 0.87,
+    # Decode steps (a few queries against a longer cache: the "decode" feature). Attention
+    # micro-models of the hidden-512 decoder_with_past exports of benchmarks/decode_speed.py
+    # (GPT-2 TorchScript, LLaMA dynamo) at batch 1 past 127/1023/4095 and batch 4 past 511:
+    # causal blocks 1.25-2.15x (GPT-2) and 0.92-1.61x (LLaMA) the decomposition: the Loop of one
+    # block copies the whole cache and nothing is masked; ORT's MultiHeadAttention 0.91-1.06x,
+    # with its key/value heads repeated 1.43-1.91x; the lean form 0.88-0.96x.
+    ("decompose.AttentionFused.causal_blocks", CPU, "decode"): 1.5,
+    ("ort.MultiHeadAttention", CPU, "decode"): 1.02,
+    ("ort.MultiHeadAttention.repeat_kv", CPU, "decode"): 1.6,
+    ("decompose.AttentionFused.lean", CPU, "decode"): 0.92,
+    # Rotary: ORT's RotaryEmbedding on the model's own cos/sin rows (their halves proved
+    # equal) is 0.62-0.77x the decomposition at batch 1 x 128 tokens x 8 heads of 64 and
+    # 0.93-1.04x (within a microsecond) in decode steps (LLaMA dynamo export of
+    # benchmarks/decode_speed.py, q and k); on small tensors (4 heads of 16 x 128 tokens, the
+    # models/ LLaMA) the rows it is given cost more than it saves: 0.94-1.08x.
+    ("ort.RotaryEmbedding", CPU, "small"): 1.05,
+    ("ort.RotaryEmbedding", CPU): 0.75,
     # LayerNorm: the decomposition's Add + LayerNormalization becomes ORT's CPU
     # SkipLayerNormalization (7x slower) when the sum has no other reader; with the sum also
     # an output, ORT leaves the two ops alone and an explicit SkipLayerNormalization is the
@@ -102,13 +121,27 @@ def features(node: Node, binding: Binding) -> tuple[str, ...]:
             feats.append("grouped")
         q, k = node.inputs[0], node.inputs[1]
         qs, ks = binding.shape(q.shape), binding.shape(k.shape)
+        if qs and ks and len(qs) >= 2 and len(ks) >= 2 and is_decode(qs[-2], ks[-2]):
+            feats.append("decode")
         if qs and ks:
             feats.append(size_bucket(int(np_prod(qs[:-1]) * ks[-2])))
     else:
         xs = binding.shape(node.inputs[0].shape)
+        if xs and node.op_type == "RotaryFused" and np_prod(xs) < SMALL_ROTARY:
+            feats.append("small")
         if xs:
             feats.append(size_bucket(int(np_prod(xs))))
     return tuple(feats)
+
+
+SMALL_ROTARY = 1 << 15  # elements of X below which ORT's rotary op does not pay
+DECODE_QUERIES = 16  # at most this many queries against more keys: a decode step
+
+
+def is_decode(queries: int, keys: int) -> bool:
+    """Whether attention of ``queries`` over ``keys`` is a decode step: a few new tokens
+    against a longer cache (no masked half worth skipping, the cache read dominates)."""
+    return queries <= DECODE_QUERIES and keys > queries
 
 
 def np_prod(dims) -> int:
@@ -123,11 +156,14 @@ def estimate(kernel: Kernel, node: Node, target: Target, binding: Binding) -> fl
     if kernel.backend == Backend.DECOMPOSE and kernel.name == f"decompose.{node.op_type}":
         return 1.0
     feats = features(node, binding)
-    for n in range(len(feats), -1, -1):
-        for combo in _subsets(feats, n):
-            key = (kernel.name, target.provider, *combo)
-            if key in SEED:
-                return SEED[key]
+    # A decode step's entries first: the prefill's more specific ones do not describe it.
+    wanted = [lambda combo: "decode" in combo] if "decode" in feats else []
+    for accept in (*wanted, lambda combo: True):
+        for n in range(len(feats), -1, -1):
+            for combo in _subsets(feats, n):
+                key = (kernel.name, target.provider, *combo)
+                if key in SEED and accept(combo):
+                    return SEED[key]
     return kernel.cost
 
 

@@ -31,12 +31,23 @@ class Selection:
     basis: str = "cost model"
     signature: str = ""
     rule: str = ""  # the fusion rule that made the node (``explain --rule`` keeps its own)
+    # The workload's regimes (``Regime.label``) and the kernel chosen for each; ``switch``
+    # says how the node picks between two of them at run time (``queries <= 1: KERNEL``),
+    # empty where one kernel serves every regime.
+    regimes: dict[str, str] = field(default_factory=dict)
+    switch: str = ""
+    also: Kernel | None = None  # the other kernel of a switch (bound for few queries)
 
     def to_json(self) -> dict:
-        return {"node": self.node, "op": self.op, "chosen": self.chosen.name,
+        data = {"node": self.node, "op": self.op, "chosen": self.chosen.name,
                 "basis": self.basis, "costs": {k: round(v, 4) for k, v in self.costs.items()},
                 "unit": self.unit,
                 "rejected": {k.name: str(reason) for k, reason in self.rejected}}
+        if self.regimes:
+            data["regimes"] = dict(self.regimes)
+        if self.switch:
+            data["switch"] = self.switch
+        return data
 
 
 def legal_kernels(node: Node, target: Target, registry: list[Kernel], *,

@@ -1,9 +1,12 @@
 """Representative sizes for symbolic dimensions, shared by the cost model and tuning.
 
 A fused node's shapes usually hold symbols (``batch``, ``seq``, products such as
-``8*batch``). Ranking needs numbers: a symbol that is the first dimension of a
-graph input stands for the batch (1 by default), any other for the sequence
-(128 by default) — the sizes a CPU inference serves most.
+``8*batch``, sums such as a cache's ``(past_seq+seq)`` keys). Ranking needs numbers: a
+symbol that is the first dimension of a graph input stands for the batch (1 by default),
+any other for the sequence (128 by default) — the sizes a CPU inference serves most.
+Selection ranks at the sizes of each regime of the model's workload
+(:mod:`onnxopt.select.workload`: a prefill, a decode step against a cache, or what the user
+states), whose bindings it builds there.
 """
 
 from __future__ import annotations
@@ -34,15 +37,17 @@ class Binding:
         return cls(sizes, seq)
 
     def dim(self, d) -> int | None:
+        """The size ``d`` stands for: a product of symbols or a sum of such (a cache's
+        ``past + seq`` keys); None where it is unknown."""
         if isinstance(d, int):
             return d
-        mono = sd.to_monomial(sd.clean(d))
-        if mono is None:
+        d = sd.clean(d)
+        if d is None:
             return None
-        coef, factors = mono
-        for f in factors:
-            coef *= self.sizes.get(f, self.default)
-        return coef
+        try:
+            return sd.evaluate(d, self.sizes, self.default)
+        except (TypeError, ValueError):
+            return None
 
     def shape(self, shape) -> tuple[int, ...] | None:
         if shape is None:

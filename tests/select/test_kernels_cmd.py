@@ -56,7 +56,10 @@ def test_optimize_tune_writes_the_cache(cli, write_model, tmp_path):
     assert code == 0, err
     assert json.loads(cache.read_text())["entries"]
     data = json.loads(report.read_text())["select"]
-    assert data["tuning"] == {"cache": str(cache), "signatures_timed": 1}
+    (signature,) = data["tuning"]["shapes"]["prefill b1 s128 p0"]  # timed at the regime's sizes
+    assert data["tuning"] == {"cache": str(cache), "signatures_timed": 1,
+                              "shapes": {"prefill b1 s128 p0": [signature]}}
+    assert signature.startswith("GeluFused|")
     assert data["nodes"][0]["basis"] == "tuned"
 
 

@@ -172,7 +172,52 @@ def test_rotary_is_rejected_with_reasons(bind_text, registry):
     assert report.selections[0].chosen.name == "decompose.RotaryFused"
     reasons = {k.name: str(r) for k, r in report.selections[0].rejected}
     assert "half-width cos/sin" in reasons["onnx.RotaryEmbedding-23"]
-    assert reasons["ort.RotaryEmbedding"].startswith("needs position ids")
+    # cos/sin given as inputs: nothing proves their halves equal
+    assert reasons["ort.RotaryEmbedding"] == (
+        "reads half-width cos/sin caches (one value per frequency); the node's full-width "
+        "cos/sin are not proved to be two equal halves")
+
+
+# cos/sin built as the models build them: cos(concat(f, f)) scaled, a head axis added; the
+# frequencies per batch row (positions after a cache, left padding) or shared (batch 1).
+ROTARY_HALVES = """
+g (float[B,4,S,8] x, float[{fb},S,4] f) => (float[B,4,S,8] y) {{
+  axis = Constant <value = int64[1] {{1}}> ()
+  two = Constant <value = float {{2.0}}> ()
+  e = Concat <axis = -1> (f, f)
+  ce = Cos (e)
+  cm = Mul (ce, two)
+  c = Unsqueeze (cm, axis)
+  se = Sin (e)
+  s = Unsqueeze (se, axis)
+  y = ai.onnxopt.RotaryFused <interleaved=0, rotary_dim=0> (x, c, s)
+}}"""
+
+
+@pytest.mark.parametrize("fb", ["B", "1"])
+def test_rotary_on_proved_halves_is_ort_rotary_embedding(check_kernel, fb):
+    rng = np.random.default_rng(3)
+    for batch, seq in ((2, 5), (3, 1), (1, 7)):
+        feeds = {"x": rng.standard_normal((batch, 4, seq, 8), dtype=np.float32),
+                 "f": 3 * rng.standard_normal((batch if fb == "B" else 1, seq, 4),
+                                              dtype=np.float32)}
+        bound = check_kernel(ROTARY_HALVES.format(fb=fb), "ort.RotaryEmbedding", feeds,
+                             tol=1e-5)
+    assert "com.microsoft.RotaryEmbedding" in bound.ops
+
+
+@pytest.mark.parametrize("body, code", [
+    ("e = Concat <axis = -1> (f, g2)", "half_width_caches"),  # two different halves
+    ("e = Concat <axis = 0> (f, f)", "cache_shape"),  # not the last axis
+])
+def test_rotary_halves_not_proved(bind_text, registry, body, code):
+    text = ROTARY_HALVES.format(fb="1").replace("e = Concat <axis = -1> (f, f)", body).replace(
+        "float[1,S,4] f)", "float[1,S,4] f, float[1,S,4] g2)")
+    report = bind_text(text, registry=registry).report
+    (selection,) = report.selections
+    assert selection.chosen.name == "decompose.RotaryFused"
+    reasons = {k.name: r for k, r in selection.rejected}
+    assert reasons["ort.RotaryEmbedding"].code == code
 
 
 def test_rms_fusable_spelling_needs_a_weight(bind_text, registry):
