@@ -180,30 +180,46 @@ def _attr_int(node, name: str, default: int) -> int:
     return default
 
 
-def _small_int_constants(g: GraphProto) -> dict[str, list[int]]:
-    """1-D int64/int32 constants of at most 8 elements (reduction axes), by name."""
-    out: dict[str, list[int]] = {}
+def _small_int_constants(g: GraphProto) -> dict[str, TensorProto | list[int]]:
+    """1-D int64/int32 constants of at most 8 elements (reduction axes), by name: the
+    tensor itself (read only when a reduction asks, by :func:`_int_values`) or the ints."""
+    out: dict[str, TensorProto | list[int]] = {}
     for t in g.initializer:
-        if (t.data_type in (6, 7) and len(t.dims) <= 1 and (not t.dims or t.dims[0] <= 8)
-                and t.data_location != TensorProto.EXTERNAL):
-            out[t.name] = [int(v) for v in numpy_helper.to_array(t).reshape(-1)]
+        if _small_ints(t):
+            out[t.name] = t
     for n in g.node:
         if n.op_type != "Constant" or n.domain not in STANDARD_DOMAINS or not n.output:
             continue
         for a in n.attribute:
-            if a.name == "value" and a.t.data_type in (6, 7) and len(a.t.dims) <= 1 and (
-                    not a.t.dims or a.t.dims[0] <= 8) and a.t.data_location != TensorProto.EXTERNAL:
-                out[n.output[0]] = [int(v) for v in numpy_helper.to_array(a.t).reshape(-1)]
+            if a.name == "value" and _small_ints(a.t):
+                out[n.output[0]] = a.t
             elif a.name == "value_ints":
                 out[n.output[0]] = list(a.ints)
     return out
 
 
-def _reduction_axes(node, values: dict[str, list[int]]) -> list[int] | None:
+def _small_ints(t: TensorProto) -> bool:
+    return (t.data_type in (TensorProto.INT32, TensorProto.INT64) and len(t.dims) <= 1
+            and (not t.dims or t.dims[0] <= 8) and t.data_location != TensorProto.EXTERNAL)
+
+
+def _int_values(known: TensorProto | list[int] | None) -> list[int] | None:
+    """The ints of a constant, or None where its bytes do not hold what its header says (a
+    corrupted file): the axes are then unknown, as if computed at run time, and the check
+    that loads the model reports the damage, not this walk."""
+    if known is None or isinstance(known, list):
+        return known
+    try:
+        return [int(v) for v in numpy_helper.to_array(known).reshape(-1)]
+    except (ValueError, TypeError):
+        return None
+
+
+def _reduction_axes(node, values: dict[str, TensorProto | list[int]]) -> list[int] | None:
     """The axes a reduction names (``[]``: none given), or None where they are computed."""
     for a in node.attribute:
         if a.name == "axes":
             return list(a.ints)
     if len(node.input) > 1 and node.input[1]:
-        return values.get(node.input[1])
+        return _int_values(values.get(node.input[1]))
     return []
