@@ -11,7 +11,7 @@ and the dead-node remover (``ir.edit.remove_if_dead``).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 import numpy as np
 from onnx import AttributeProto
@@ -22,6 +22,8 @@ from onnxopt.ir.model import Model
 from onnxopt.ir.node import Attr, Node
 from onnxopt.ir.semantics import STANDARD_DOMAINS, annotate
 from onnxopt.ir.value import Shape, Value
+from onnxopt.match.pattern import Builder, Pat
+from onnxopt.refusal import Refusal
 
 
 def is_op(node: Node | None, *op_types: str) -> bool:
@@ -94,6 +96,27 @@ def square_of(value: Value) -> Value | None:
     if scalar_constant(other) != 2 or base.rank is None or len(other.shape or ()) > base.rank:
         return None
     return base
+
+
+def power_of(exponent: int) -> Callable[[Node], Refusal | None]:
+    """An :class:`~onnxopt.match.pattern.Op` ``check`` for ``Pow(v, e)``: ``e`` a one-element
+    constant equal to ``exponent`` that broadcasts ``v`` to nothing (no higher rank)."""
+    def check(node: Node) -> Refusal | None:
+        base, e = node.input(0), node.input(1)
+        if (base is None or scalar_constant(e) != exponent or base.rank is None
+                or len(e.shape or ()) > base.rank):
+            return Refusal("constant_value", f"not a power {exponent} that broadcasts nothing",
+                           node.name)
+        return None
+    return check
+
+
+def square(p: Builder, x: Pat, label: str, *, private: bool = False) -> Pat:
+    """``x·x`` or ``Pow(x, 2)`` (:func:`square_of` as a pattern; ``label`` names the
+    exponent's variable, so that two squares in one pattern bind apart)."""
+    return p.any(p.Mul(x, x, private=private, other_attrs=True),
+                 p.Pow(x, p.var(f"{label}_exponent"), check=power_of(2), private=private,
+                       other_attrs=True))
 
 
 def known_shape(shape: Shape) -> bool:

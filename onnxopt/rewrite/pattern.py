@@ -38,12 +38,18 @@ from onnxopt.rewrite.driver import EditLog, PassResult, listening
 class Case:
     """Where ``pattern`` matches at a standard-domain node of one of ``roots``, ``apply``.
     ``permits``: the exactness site name (:mod:`onnxopt.ir.exactness`) whose permission the
-    root needs first, for a rewrite that is not bit-exact."""
+    root needs first, for a rewrite that is not bit-exact. ``require``: what a match needs
+    that the pattern cannot say (dtypes agreeing across bindings); given, the match is a
+    search (:func:`onnxopt.match.pattern.match_pattern` ``exhaustive``) for the first way
+    the pattern fits that ``require`` approves, as is one with ``exhaustive``: a hand walk's
+    nested loops over operand orders, said as a pattern."""
 
     pattern: Pat
     roots: tuple[str, ...]
     apply: Callable[[Graph, Match], bool]
     permits: str | None = None
+    require: Callable[[Match], bool] | None = None
+    exhaustive: bool = False
     names: frozenset[str] = field(init=False)
     depth: int = field(init=False)  # how many producers deep the pattern reads
     # (input index, op types) the root's inputs must be produced by: checked before matching,
@@ -67,9 +73,11 @@ class Case:
 
 
 def case(build: Callable[[Builder], Pat], roots: tuple[str, ...],
-         apply: Callable[[Graph, Match], bool], *, permits: str | None = None) -> Case:
+         apply: Callable[[Graph, Match], bool], *, permits: str | None = None,
+         require: Callable[[Match], bool] | None = None, exhaustive: bool = False) -> Case:
     """The case of the pattern ``build(p)`` builds."""
-    return Case(build(Builder()), roots, apply, permits)
+    return Case(build(Builder()), roots, apply, permits, require,
+                exhaustive or require is not None)
 
 
 @dataclass(frozen=True)
@@ -124,7 +132,8 @@ class PatternRewrite:
                             continue
                         if not c.may_match(node):
                             continue
-                        m = match_pattern(c.pattern, node, Trace(), c.names)
+                        m = match_pattern(c.pattern, node, Trace(), c.names,
+                                          exhaustive=c.exhaustive, accept=c.require)
                         if m is not None and c.apply(graph, m):
                             changed += 1
                         if touch is not None and touch.touched:
