@@ -2,8 +2,9 @@
 
 Each pass lives in its own file and reads top to bottom; what several of them
 need — "is this a standard-domain op", "is this operand a scalar constant",
-"make a node and keep its meaning annotated" — lives here once, so that the
-passes differ only in what they rewrite. What other stages need too lives below,
+"is this a square" (as a test and as a pattern) — lives here once, so that the
+passes differ only in what they rewrite. New nodes come from the one builder,
+``onnxopt.ir.builder.NodeBuilder`` (``by_op=True``: named by their op type). What other stages need too lives below,
 in the IR: the walk over every graph (``Graph.all_graphs``), the broadcast of
 symbolic shapes (``ir.symdim.broadcast_shapes``, the rule shape inference uses)
 and the dead-node remover (``ir.edit.remove_if_dead``).
@@ -20,7 +21,7 @@ from onnxopt.ir.dtypes import FLOAT_TYPES
 from onnxopt.ir.graph import Graph
 from onnxopt.ir.model import Model
 from onnxopt.ir.node import Attr, Node
-from onnxopt.ir.semantics import STANDARD_DOMAINS, annotate
+from onnxopt.ir.semantics import STANDARD_DOMAINS
 from onnxopt.ir.value import Shape, Value
 from onnxopt.match.pattern import Builder, Pat
 from onnxopt.refusal import Refusal
@@ -162,14 +163,3 @@ def int_attr(value: int) -> Attr:
 
 def ints_attr(values: Iterable[int]) -> Attr:
     return Attr(AttributeProto.INTS, tuple(int(v) for v in values))
-
-
-def new_node(graph: Graph, op_type: str, inputs: Iterable[Value | None], *, before: Node,
-             created_by: str, attrs: dict[str, Attr] | None = None, dtype: str | None = None,
-             shape: Shape = None) -> Node:
-    """A standard-domain node placed before ``before``, annotated, its output typed."""
-    node = graph.make_node(op_type, inputs, attrs=attrs, before=before, created_by=created_by)
-    node.output.dtype = dtype
-    node.output.shape = shape
-    annotate(node)
-    return node

@@ -19,12 +19,12 @@ and the two products and the bias difference are read by nothing else.
 from __future__ import annotations
 
 from onnxopt.ir import symdim as sd
+from onnxopt.ir.builder import NodeBuilder
 from onnxopt.ir.edit import remove_if_dead, replace_value
 from onnxopt.ir.exactness import site
 from onnxopt.ir.graph import Graph
 from onnxopt.ir.node import Node
 from onnxopt.match.pattern import Builder, Match, Pat
-from onnxopt.normalize._common import new_node
 from onnxopt.refusal import Refusal
 from onnxopt.rewrite.pattern import PatternRewrite, case
 
@@ -55,12 +55,11 @@ def _rewrite(graph: Graph, m: Match) -> bool:
     dtype = add.output.dtype
     if dtype is None or not (x.dtype == s.dtype == mean.dtype == beta.dtype == dtype):
         return False
-    d = new_node(graph, "Sub", [x, mean], before=add, created_by=NAME, dtype=dtype,
-                 shape=sd.broadcast_shapes(x.shape, mean.shape))
-    ds = new_node(graph, "Mul", [d.output, s], before=add, created_by=NAME, dtype=dtype,
-                  shape=sd.broadcast_shapes(d.output.shape, s.shape))
-    out = new_node(graph, "Add", [ds.output, beta], before=add, created_by=NAME, dtype=dtype,
-                   shape=add.output.shape)
+    build = NodeBuilder(graph, add, NAME, by_op=True)
+    d = build.node("Sub", [x, mean], dtype=dtype, shape=sd.broadcast_shapes(x.shape, mean.shape))
+    ds = build.node("Mul", [d.output, s], dtype=dtype,
+                    shape=sd.broadcast_shapes(d.output.shape, s.shape))
+    out = build.node("Add", [ds.output, beta], dtype=dtype, shape=add.output.shape)
     if not replace_value(graph, add.output, out.output, inexact=site(NAME, add)):
         graph.remove([out, ds, d])
         return False

@@ -24,12 +24,13 @@ elimination merges the two subtractions.
 from __future__ import annotations
 
 from onnxopt.ir import symdim as sd
+from onnxopt.ir.builder import NodeBuilder
 from onnxopt.ir.edit import remove_if_dead, rename, replace_value
 from onnxopt.ir.exactness import site
 from onnxopt.ir.graph import Graph
 from onnxopt.ir.node import Node
 from onnxopt.match.pattern import Builder, Match, Pat
-from onnxopt.normalize._common import float_scalar, new_node, square
+from onnxopt.normalize._common import float_scalar, square
 from onnxopt.rewrite.pattern import PatternRewrite, case
 
 NAME = "centered_variance"
@@ -71,15 +72,13 @@ def _rewrite(graph: Graph, m: Match) -> bool:
     mean = m.mean.output
     squares, mean_2 = sq_reduce.inputs[0], sub.inputs[1]
     shape = sd.broadcast_shapes(x.shape, mean.shape)
-    d = new_node(graph, "Sub", [x, mean], before=max_node, created_by=NAME, dtype=x.dtype,
-                 shape=shape)
+    build = NodeBuilder(graph, max_node, NAME, by_op=True)
+    d = build.node("Sub", [x, mean], dtype=x.dtype, shape=shape)
     # named for what it is: a match refused for its readers names it (``explain``)
     rename(graph, d.output, graph.names.fresh(f"{x.name}_centered"))
-    d2 = new_node(graph, "Mul", [d.output, d.output], before=max_node, created_by=NAME,
-                  dtype=x.dtype, shape=shape)
-    var = new_node(graph, "ReduceMean", [d2.output, *sq_reduce.inputs[1:]], before=max_node,
-                   created_by=NAME, attrs=dict(sq_reduce.attrs), dtype=x.dtype,
-                   shape=max_node.output.shape)
+    d2 = build.node("Mul", [d.output, d.output], dtype=x.dtype, shape=shape)
+    var = build.node("ReduceMean", [d2.output, *sq_reduce.inputs[1:]], attrs=dict(sq_reduce.attrs),
+                     dtype=x.dtype, shape=max_node.output.shape)
     if not replace_value(graph, max_node.output, var.output, inexact=site(NAME, max_node)):
         graph.remove([var, d2, d])
         return False

@@ -23,6 +23,7 @@ import math
 
 import numpy as np
 
+from onnxopt.ir.builder import NodeBuilder
 from onnxopt.ir.dtypes import numpy_dtype
 from onnxopt.ir.edit import remove_if_dead, replace_value
 from onnxopt.ir.exactness import site
@@ -31,7 +32,7 @@ from onnxopt.ir.node import Node
 from onnxopt.ir.tensor import LazyTensor
 from onnxopt.ir.value import Value
 from onnxopt.match.pattern import Builder, Match, Pat
-from onnxopt.normalize._common import float_scalar, new_node, power_of, scalar_operand, square
+from onnxopt.normalize._common import float_scalar, power_of, scalar_operand, square
 from onnxopt.refusal import Refusal
 from onnxopt.rewrite.pattern import PatternRewrite, case
 
@@ -101,12 +102,10 @@ def _factor(graph: Graph, add: Node, x: Value, cube: Value, c1: Value, ratio: fl
     dtype = add.output.dtype
     arr = np.full(tuple(c1.const.shape), ratio, dtype=np.float64).astype(numpy_dtype(dtype))
     ratio_value = graph.add_constant(LazyTensor.from_array(arr), hint="cubic")
-    term = new_node(graph, "Mul", [cube, ratio_value], before=add, created_by=NAME, dtype=dtype,
-                    shape=cube.shape)
-    inner = new_node(graph, "Add", [x, term.output], before=add, created_by=NAME, dtype=dtype,
-                     shape=add.output.shape)
-    outer = new_node(graph, "Mul", [inner.output, c1], before=add, created_by=NAME, dtype=dtype,
-                     shape=add.output.shape)
+    build = NodeBuilder(graph, add, NAME, by_op=True)
+    term = build.node("Mul", [cube, ratio_value], dtype=dtype, shape=cube.shape)
+    inner = build.node("Add", [x, term.output], dtype=dtype, shape=add.output.shape)
+    outer = build.node("Mul", [inner.output, c1], dtype=dtype, shape=add.output.shape)
     if not replace_value(graph, add.output, outer.output, inexact=site(NAME, add)):
         graph.remove([outer, inner, term])
         graph.remove_constant(ratio_value)

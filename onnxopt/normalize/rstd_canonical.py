@@ -22,13 +22,14 @@ than that.
 from __future__ import annotations
 
 from onnxopt.ir import symdim as sd
+from onnxopt.ir.builder import NodeBuilder
 from onnxopt.ir.edit import remove_if_dead, replace_value
 from onnxopt.ir.exactness import site
 from onnxopt.ir.graph import Graph
 from onnxopt.ir.node import Node
 from onnxopt.ir.value import Value
 from onnxopt.match.pattern import Builder, Match, Pat
-from onnxopt.normalize._common import float_scalar, new_node
+from onnxopt.normalize._common import float_scalar
 from onnxopt.rewrite.pattern import PatternRewrite, case
 
 NAME = "rstd_canonical"
@@ -49,8 +50,8 @@ def _reciprocal(graph: Graph, m: Match) -> bool:
     if float_scalar(one) != 1.0 or one.dtype != std.dtype or std.rank is None \
             or len(one.shape or ()) > std.rank:
         return False
-    rec = new_node(graph, "Reciprocal", [std], before=div, created_by=NAME, dtype=std.dtype,
-                   shape=div.output.shape)
+    rec = NodeBuilder(graph, div, NAME, by_op=True).node("Reciprocal", [std], dtype=std.dtype,
+                                                         shape=div.output.shape)
     if not replace_value(graph, div.output, rec.output):
         graph.remove(rec)
         return False
@@ -88,10 +89,9 @@ rstd_canonical = PatternRewrite.of(
 def _reassociate(graph: Graph, outer: Node, inner: Node, d: Value, r: Value,
                  gamma: Value) -> bool:
     dtype = outer.output.dtype
-    dr = new_node(graph, "Mul", [d, r], before=outer, created_by=NAME, dtype=dtype,
-                  shape=sd.broadcast_shapes(d.shape, r.shape))
-    weighted = new_node(graph, "Mul", [dr.output, gamma], before=outer, created_by=NAME,
-                        dtype=dtype, shape=outer.output.shape)
+    build = NodeBuilder(graph, outer, NAME, by_op=True)
+    dr = build.node("Mul", [d, r], dtype=dtype, shape=sd.broadcast_shapes(d.shape, r.shape))
+    weighted = build.node("Mul", [dr.output, gamma], dtype=dtype, shape=outer.output.shape)
     if not replace_value(graph, outer.output, weighted.output, inexact=site(NAME, outer)):
         graph.remove([weighted, dr])
         return False
