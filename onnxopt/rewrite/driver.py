@@ -9,7 +9,9 @@ Two granularities share one source of truth, the edits themselves
   rounds and no pass keeps a "stale" flag: an edit is what makes a rewrite due. A rewrite
   said in the pattern language (:class:`onnxopt.rewrite.pattern.PatternRewrite`) is also
   handed the nodes those edits touched, and tries only the nodes within its pattern's reach
-  of them.
+  of them. Its ``once_settled`` rewrites run only where the others settled, and their
+  edits set the others going again: after fusion the pipeline continues so, fusing again
+  where normalization removed fused nodes (:func:`onnxopt.pipeline.fuse_and_settle`).
 - :class:`NodeWorklist` holds nodes to try, in order (the fusion rules' roots): an edit
   queues the nodes it touched — a node inserted, the readers of a value replaced, a node whose
   input changed or that was changed in place.
@@ -21,7 +23,7 @@ internal check that says so, naming them, instead of hanging the tool.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -126,7 +128,8 @@ class listening:
 
 
 def run_to_fixed_point(model: Model, rewrites: list[tuple[str, Rewrite]], *,
-                       debug: bool = False, once_settled: list[tuple[str, Rewrite]] = ()
+                       debug: bool = False,
+                       once_settled: Sequence[tuple[str, Rewrite]] = ()
                        ) -> dict[str, PassResult]:
     """Run ``rewrites`` in order, each whenever the graph was edited since it last began
     (every one at first), until a sweep runs none; under ``debug`` verify the IR after each.

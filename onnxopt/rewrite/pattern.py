@@ -6,8 +6,9 @@ a match: ``apply(graph, match)`` rewrites and says whether it did. Run as a rewr
 driver (:func:`onnxopt.rewrite.driver.run_to_fixed_point`), it walks every graph in order —
 outer graphs first, each over a snapshot of its nodes, skipping those an earlier rewrite of
 the walk removed — and tries the pattern at each node of a root op. What a pattern cannot
-say (a value read by one reader alone, an axis two reductions share) ``apply`` checks, as
-the fusion rules' ``legal`` does.
+say (an axis two reductions share, dtypes that agree) ``apply`` checks, as the fusion rules'
+``legal`` does — or, where a failed check should let the pattern try its next way (another
+operand order), the case's ``require`` does, inside the match's search.
 """
 
 from __future__ import annotations
