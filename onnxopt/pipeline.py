@@ -37,7 +37,7 @@ from onnxopt.ir.tensor import LazyTensor
 from onnxopt.ir.verifier import verify_graph
 from onnxopt.legality.target import Target, run_target
 from onnxopt.options import OptimizeOptions
-from onnxopt.rewrite.driver import SWEEP_LIMIT, RewriteLoop
+from onnxopt.rewrite.driver import PassResult, run_to_fixed_point
 from onnxopt.select import SelectReport
 
 Progress = Callable[[str], None]
@@ -345,9 +345,12 @@ def _stage(name: str, timed: Callable[[str, Callable], Any], options: OptimizeOp
 
 def fuse_and_settle(model: Model, options: OptimizeOptions, target: Target
                     ) -> FusionReport | None:
-    """Fuse, then settle: normalize, and fuse again while that removed fused nodes (each
-    settle removes some, so it ends; a rewrite that kept making and removing fused nodes
-    would be a bug, which :data:`onnxopt.rewrite.driver.SWEEP_LIMIT` names).
+    """Fuse, then settle: one run of the rewrite driver (:func:`run_to_fixed_point`) over
+    the normalization passes, with fusion again as its ``once_settled`` rewrite — tried
+    each time normalization has settled, it fuses again only where normalization removed
+    fused nodes since the last fusion, and its edits set the passes going again, all heard
+    by one edit log. The driver's :data:`onnxopt.rewrite.driver.SWEEP_LIMIT` names a rewrite
+    that kept making and removing fused nodes.
 
     A rewrite can leave the nodes it replaced alive through shape readers alone (a
     TorchScript export reads the Shape of its head-merge Transpose to build a Reshape
@@ -355,31 +358,44 @@ def fuse_and_settle(model: Model, options: OptimizeOptions, target: Target
     reads its inputs, and a later match that needs them alone is refused ("also used
     outside the match"). After the settle the refused regions get a second round, and
     stage 6 sees only fused nodes whose results are used.
+
+    Fusion again walks every candidate root, not only those the edits reached: the report
+    restates every candidate's outcome from that round (what still cannot fuse, and why),
+    and the fused nodes are named in the order fusion meets their roots in the graph.
     """
     report = fuse.run(model, options, target)
     if report is None:
         return None
-    settles = 0
-    while True:
-        before = fuse.fused_node_count(model)
-        normalize.run(model, options)
-        if fuse.fused_node_count(model) == before:
-            break
-        settles += 1
-        if settles > SWEEP_LIMIT:
-            raise RewriteLoop(f"fusion did not settle after {SWEEP_LIMIT} rounds: "
-                              "normalization keeps removing fused nodes")
-        again = fuse.run(model, options, target)
-        # Every candidate is matched again: keep the first round's fusions, and the second
-        # round's word on everything (what still cannot fuse, and why).
-        report.regions = ([r for r in report.regions if r.status == MatchStatus.FUSED]
-                          + again.regions)
+    refuse = _Refuse(report, fuse.fused_node_count(model), options, target)
+    run_to_fixed_point(model, normalize.passes(options), debug=options.debug,
+                       once_settled=[("fuse again", refuse)])
     # A partial match whose root another rule then fused (a norm pattern that started at a
     # GELU's Add) says nothing about what is left unfused.
     alive = {n.name for n in model.graph.all_nodes()}
     report.regions = [r for r in report.regions
                       if r.status != MatchStatus.PARTIAL or r.root in alive]
     return report
+
+
+@dataclass
+class _Refuse:
+    """Fusion as a rewrite of the settle: nothing while the fused nodes are those the last
+    fusion left; once normalization removed some, every rule again. The report keeps the
+    first round's fusions and takes the new round's word on everything else."""
+
+    report: FusionReport
+    fused: int  # fused nodes right after the last fusion
+    options: OptimizeOptions
+    target: Target
+
+    def __call__(self, model: Model) -> PassResult:
+        if fuse.fused_node_count(model) == self.fused:
+            return PassResult(0)
+        again = fuse.run(model, self.options, self.target)
+        self.report.regions = ([r for r in self.report.regions if r.status == MatchStatus.FUSED]
+                               + again.regions)
+        self.fused = fuse.fused_node_count(model)
+        return PassResult(sum(1 for r in again.regions if r.status == MatchStatus.FUSED))
 
 
 @dataclass

@@ -11,7 +11,7 @@ decomposition would misread.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any, Protocol
 
 import numpy as np
@@ -21,7 +21,7 @@ from onnxopt.ir.graph import Graph
 from onnxopt.ir.node import Attr, Node
 from onnxopt.ir.semantics import annotate
 from onnxopt.ir.tensor import LazyTensor
-from onnxopt.ir.value import Value
+from onnxopt.ir.value import Shape, Value
 
 FUSED_DOMAIN = "ai.onnxopt"
 """The domain of onnxopt's abstract fused operators (``AttentionFused``, ...)."""
@@ -82,17 +82,26 @@ class NodeBuilder:
     ``created_by``.
 
     ``opset`` is the model's ONNX opset (decompositions spell ops for it); ``schemas``
-    maps fused op names to their schemas, checked by :meth:`fused`.
+    maps fused op names to their schemas, checked by :meth:`fused`. ``by_op``: nodes are
+    named by their op type alone (``Mul``, ``Mul_3``), as normalization's nodes always were,
+    rather than after who made them (``attention/MatMul``): the written models keep their
+    names, and a node's maker stays on it as ``created_by``.
     """
 
     def __init__(self, graph: Graph, anchor: Node | None, created_by: str, *, opset: int = 0,
-                 schemas: Mapping[str, FusedSchema] | None = None) -> None:
+                 schemas: Mapping[str, FusedSchema] | None = None, by_op: bool = False
+                 ) -> None:
         self.graph = graph
         self.anchor = anchor
         self.created_by = created_by
         self.opset = opset
         self.schemas = schemas
+        self.by_op = by_op
         self.nodes: list[Node] = []
+
+    def _name(self, op_type: str, name: str | None) -> str:
+        return self.graph.names.fresh(name or (op_type if self.by_op
+                                               else f"{self.created_by}/{op_type}"))
 
     def op(self, op_type: str, *inputs: Value | None, domain: str = "", outputs: int = 1,
            name: str | None = None, **attrs: Any) -> Any:
@@ -100,11 +109,26 @@ class NodeBuilder:
         node = self.graph.make_node(
             op_type, inputs, num_outputs=outputs, domain=domain,
             attrs={k: make_attr(v) for k, v in attrs.items() if v is not None},
-            name=self.graph.names.fresh(name or f"{self.created_by}/{op_type}"),
-            before=self.anchor, created_by=self.created_by)
+            name=self._name(op_type, name), before=self.anchor, created_by=self.created_by)
         annotate(node)
         self.nodes.append(node)
         return node.outputs if outputs > 1 else node.outputs[0]
+
+    def node(self, op_type: str, inputs: Iterable[Value | None], *,
+             attrs: Mapping[str, Any] | None = None, dtype: str | None = None,
+             shape: Shape = None) -> Node:
+        """Add a standard-domain node of one output whose type the caller knows (a rewrite
+        that replaces a value of known dtype and shape), and return the node itself, for a
+        rewrite that moves or removes what it made."""
+        node = self.graph.make_node(
+            op_type, inputs, attrs={k: make_attr(v) for k, v in (attrs or {}).items()
+                                    if v is not None},
+            name=self._name(op_type, None), before=self.anchor, created_by=self.created_by)
+        node.output.dtype = dtype
+        node.output.shape = shape
+        annotate(node)
+        self.nodes.append(node)
+        return node
 
     def fused(self, op_type: str, *inputs: Value | None, attrs: FusedAttributes,
               outputs: int = 1) -> Any:

@@ -15,6 +15,16 @@ computed, read from the root (the last node) back to its inputs::
   type; binary ops that commute are tried in both operand orders.
 - ``p.any(a, b, ...)`` tries alternatives in order; ``p.optional(op_pat,
   through)`` is "either this op, or nothing and continue at ``through``".
+- ``private=True`` on an op asks that its result be read by the node that reads it in the
+  pattern alone (once), and not be a graph output: a value the rewrite may drop.
+
+By default a match is greedy, as the fusion rules take it: each part of the pattern keeps
+the first way it fits, and only the node whose inputs are being tried retries its other
+operand order. ``match_pattern(..., exhaustive=True)`` searches instead (backtracking):
+every way the pattern fits, in the same order — a commuting node's own operand order before
+the reverse, alternatives in order, inputs left to right — so a later part that fails
+makes an earlier part try its next way; ``accept`` then takes the first match it approves.
+Where the greedy match succeeds the search finds the same match first.
 
 Matching returns a :class:`Match` whose bindings are attributes (``m.x``,
 ``m.scale``), or records in the :class:`Trace` how far it got and why it
@@ -25,7 +35,7 @@ each rule can be explained and reports can group partial matches by why.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -46,6 +56,15 @@ class Pat:
 
     def match(self, value: Value | None, state: _State) -> bool:  # pragma: no cover - abstract
         raise NotImplementedError
+
+    def search(self, value: Value | None, state: _State) -> Iterator[None]:
+        """Every way ``value`` fits, in order: yields with ``state`` holding each one's
+        bindings, and leaves ``state`` as it found it once exhausted. A pattern with one way
+        at most (a variable, a constant) fits as :meth:`match` says."""
+        snapshot = state.save()
+        if self.match(value, state):
+            yield
+        state.restore(snapshot)
 
 
 @dataclass(eq=False)
@@ -145,8 +164,60 @@ class Op(Pat):
     other_inputs: bool = False
     reads: tuple[str, ...] = ()
     other_attrs: bool = False
+    private: bool = False  # the result is read by the pattern's reader alone, once
 
     def match(self, value, state):
+        node = self._admit(value, state)
+        if not isinstance(node, Node):
+            return node
+        state.progress += 1
+        orders = self._orders(node)
+        for k, inputs in enumerate(orders):
+            snapshot = state.save()
+            if all(p.match(v, state) for p, v in zip(self.inputs, inputs)):
+                self._bind(value, node, state)
+                return True
+            if k + 1 < len(orders):
+                state.restore(snapshot)
+        return False
+
+    def search(self, value, state):
+        snapshot = state.save()
+        node = self._admit(value, state)
+        if node is True:  # this pattern node already matched this very value
+            yield
+        elif isinstance(node, Node):
+            state.progress += 1
+            for inputs in self._orders(node):
+                for _ in _search_all(self.inputs, inputs, 0, state):
+                    before = state.save()
+                    self._bind(value, node, state)
+                    yield
+                    state.restore(before)
+        state.restore(snapshot)
+
+    def _bind(self, value: Value, node: Node, state: _State) -> None:
+        state.by_pattern[id(self)] = value
+        state.nodes.append(node)
+        if self.name:
+            state.bindings[self.name] = node
+
+    def _orders(self, node: Node) -> list[tuple[Value | None, ...]]:
+        """The node's inputs in the orders to try, each cut or padded to the pattern's."""
+        commutes = self.commutative if self.commutative is not None else (
+            self.op_type in COMMUTATIVE and len(self.inputs) == 2)
+        orders = [tuple(node.inputs)]
+        if commutes and len(node.inputs) == 2:
+            orders.append(tuple(reversed(node.inputs)))
+        n = len(self.inputs)
+        # (inputs beyond the pattern's: allowed by the contract; fewer: matched as missing)
+        return [inputs[:n] + (None,) * (n - len(inputs[:n])) for inputs in orders]
+
+    def _admit(self, value, state) -> Node | bool:
+        """The node producing ``value`` when it fits this pattern node itself (op, domain,
+        attributes, meaning, contract, privacy, check), its inputs still to match; ``True``
+        when this pattern node already matched ``value``; else ``False``, the reason
+        recorded."""
         if value is None:
             return state.fail("input_missing", f"expected {self.op_type}, found a missing input")
         seen = state.by_pattern.get(id(self))
@@ -173,31 +244,15 @@ class Op(Pat):
             if node.sem.get(key, False) != want:
                 return state.fail("meaning_differs", f"{node.name}: {key} is "
                                   f"{node.sem.get(key)}, expected {want}", node.name)
+        if self.private and (len(value._uses) != 1 or value.is_graph_output):
+            return state.fail("not_private", f"%{value.name} is read elsewhere too",
+                              f"%{value.name}")
         reason = self._contract(node)
         if reason is None and self.check is not None:
             reason = self.check(node)
         if reason is not None:
             return state.fail(reason.code, f"{node.name}: {reason.text}", node.name)
-        state.progress += 1
-        commutes = self.commutative if self.commutative is not None else (
-            self.op_type in COMMUTATIVE and len(self.inputs) == 2)
-        orders = [node.inputs]
-        if commutes and len(node.inputs) == 2:
-            orders.append(tuple(reversed(node.inputs)))
-        for k, inputs in enumerate(orders):
-            snapshot = state.save()
-            inputs = tuple(inputs)[:len(self.inputs)]  # (beyond: allowed by the contract)
-            if len(inputs) < len(self.inputs):
-                inputs = inputs + (None,) * (len(self.inputs) - len(inputs))
-            if all(p.match(v, state) for p, v in zip(self.inputs, inputs)):
-                state.by_pattern[id(self)] = value
-                state.nodes.append(node)
-                if self.name:
-                    state.bindings[self.name] = node
-                return True
-            if k + 1 < len(orders):
-                state.restore(snapshot)
-        return False
+        return node
 
 
     def _contract(self, node: Node) -> Refusal | None:
@@ -241,6 +296,20 @@ class AnyOf(Pat):
                 return True
             state.restore(snapshot)
         return False
+
+    def search(self, value, state):
+        for alt in self.alternatives:
+            yield from alt.search(value, state)
+
+
+def _search_all(pats: tuple[Pat, ...], values: tuple[Value | None, ...], k: int,
+                state: _State) -> Iterator[None]:
+    """Every way ``values[k:]`` fit ``pats[k:]`` together, the earlier ones varying slowest."""
+    if k == len(pats):
+        yield
+        return
+    for _ in pats[k].search(values[k], state):
+        yield from _search_all(pats, values, k + 1, state)
 
 
 def _domains(domain: str) -> tuple[str, ...]:
@@ -392,10 +461,18 @@ def pattern_names(pattern: Pat) -> frozenset[str]:
 
 
 def match_pattern(pattern: Pat, root: Node, trace: Trace,
-                  names: frozenset[str] | None = None) -> Match | None:
+                  names: frozenset[str] | None = None, *, exhaustive: bool = False,
+                  accept: Callable[[Match], bool] | None = None) -> Match | None:
     """Match ``pattern`` against the first output of ``root`` (``names``: the pattern's
-    :func:`pattern_names`, computed once per rule by the caller)."""
+    :func:`pattern_names`, computed once per rule by the caller). Greedy by default;
+    ``exhaustive`` searches every way it fits, in order, for the first that ``accept``
+    approves (``accept`` given: a search too)."""
     state = _State(trace)
-    if pattern.match(root.outputs[0], state):
-        return Match(root, state, names if names is not None else pattern_names(pattern))
+    names = names if names is not None else pattern_names(pattern)
+    if not exhaustive and accept is None:
+        return Match(root, state, names) if pattern.match(root.outputs[0], state) else None
+    for _ in pattern.search(root.outputs[0], state):
+        m = Match(root, state, names)
+        if accept is None or accept(m):
+            return m
     return None

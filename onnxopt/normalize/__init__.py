@@ -20,8 +20,13 @@ def pass_names() -> list[str]:
     return ["shape arithmetic", *(name for name, _ in driver.PASSES)]
 
 
+def passes(options: OptimizeOptions) -> list[tuple[str, driver.Pass]]:
+    """Shape inference first (every later pass and pattern reads shapes), then the passes,
+    less those ``options`` skip."""
+    return [(name, fn) for name, fn in [("shape arithmetic", infer_shapes), *driver.PASSES]
+            if not options.skips_pass(name)]
+
+
 def run(model: Model, options: OptimizeOptions) -> dict[str, int]:
-    """Shape inference first (every later pass and pattern reads shapes), then the passes."""
-    passes = [(name, fn) for name, fn in [("shape arithmetic", infer_shapes), *driver.PASSES]
-              if not options.skips_pass(name)]
-    return driver.run_passes(model, debug=options.debug, passes=passes)
+    """Every pass of :func:`passes`, until the graph settles."""
+    return driver.run_passes(model, debug=options.debug, passes=passes(options))

@@ -2,8 +2,9 @@
 
 Each pass lives in its own file and reads top to bottom; what several of them
 need — "is this a standard-domain op", "is this operand a scalar constant",
-"make a node and keep its meaning annotated" — lives here once, so that the
-passes differ only in what they rewrite. What other stages need too lives below,
+"is this a square" (as a test and as a pattern) — lives here once, so that the
+passes differ only in what they rewrite. New nodes come from the one builder,
+``onnxopt.ir.builder.NodeBuilder`` (``by_op=True``: named by their op type). What other stages need too lives below,
 in the IR: the walk over every graph (``Graph.all_graphs``), the broadcast of
 symbolic shapes (``ir.symdim.broadcast_shapes``, the rule shape inference uses)
 and the dead-node remover (``ir.edit.remove_if_dead``).
@@ -11,7 +12,7 @@ and the dead-node remover (``ir.edit.remove_if_dead``).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 import numpy as np
 from onnx import AttributeProto
@@ -20,8 +21,10 @@ from onnxopt.ir.dtypes import FLOAT_TYPES
 from onnxopt.ir.graph import Graph
 from onnxopt.ir.model import Model
 from onnxopt.ir.node import Attr, Node
-from onnxopt.ir.semantics import STANDARD_DOMAINS, annotate
+from onnxopt.ir.semantics import STANDARD_DOMAINS
 from onnxopt.ir.value import Shape, Value
+from onnxopt.match.pattern import Builder, Pat
+from onnxopt.refusal import Refusal
 
 
 def is_op(node: Node | None, *op_types: str) -> bool:
@@ -96,6 +99,27 @@ def square_of(value: Value) -> Value | None:
     return base
 
 
+def power_of(exponent: int) -> Callable[[Node], Refusal | None]:
+    """An :class:`~onnxopt.match.pattern.Op` ``check`` for ``Pow(v, e)``: ``e`` a one-element
+    constant equal to ``exponent`` that broadcasts ``v`` to nothing (no higher rank)."""
+    def check(node: Node) -> Refusal | None:
+        base, e = node.input(0), node.input(1)
+        if (base is None or scalar_constant(e) != exponent or base.rank is None
+                or len(e.shape or ()) > base.rank):
+            return Refusal("constant_value", f"not a power {exponent} that broadcasts nothing",
+                           node.name)
+        return None
+    return check
+
+
+def square(p: Builder, x: Pat, label: str, *, private: bool = False) -> Pat:
+    """``x·x`` or ``Pow(x, 2)`` (:func:`square_of` as a pattern; ``label`` names the
+    exponent's variable, so that two squares in one pattern bind apart)."""
+    return p.any(p.Mul(x, x, private=private, other_attrs=True),
+                 p.Pow(x, p.var(f"{label}_exponent"), check=power_of(2), private=private,
+                       other_attrs=True))
+
+
 def known_shape(shape: Shape) -> bool:
     """Every dimension is an int or a symbol (none unknown)."""
     return shape is not None and all(d is not None for d in shape)
@@ -139,14 +163,3 @@ def int_attr(value: int) -> Attr:
 
 def ints_attr(values: Iterable[int]) -> Attr:
     return Attr(AttributeProto.INTS, tuple(int(v) for v in values))
-
-
-def new_node(graph: Graph, op_type: str, inputs: Iterable[Value | None], *, before: Node,
-             created_by: str, attrs: dict[str, Attr] | None = None, dtype: str | None = None,
-             shape: Shape = None) -> Node:
-    """A standard-domain node placed before ``before``, annotated, its output typed."""
-    node = graph.make_node(op_type, inputs, attrs=attrs, before=before, created_by=created_by)
-    node.output.dtype = dtype
-    node.output.shape = shape
-    annotate(node)
-    return node

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from onnxopt.ir.builder import NodeBuilder
 from onnxopt.ir.dtypes import numpy_dtype
 from onnxopt.ir.edit import remove_if_dead, replace_value
 from onnxopt.ir.exactness import site
@@ -33,7 +34,6 @@ from onnxopt.ir.value import Value
 from onnxopt.normalize._common import (
     is_op,
     is_private,
-    new_node,
     scalar_operand,
 )
 from onnxopt.rewrite.driver import PassResult
@@ -79,8 +79,8 @@ def _div(graph: Graph, node: Node) -> int:
     if op is None or op[0] != 1 or op[1] == 0 or x is None or x.dtype != c.dtype:
         return 0
     inv = _constant(graph, 1.0 / op[1], c.dtype, tuple(c.const.shape))
-    mul = new_node(graph, "Mul", [x, inv], before=node, created_by=NAME,
-                   dtype=node.output.dtype, shape=node.output.shape)
+    mul = NodeBuilder(graph, node, NAME, by_op=True).node("Mul", [x, inv], dtype=node.output.dtype,
+                                                          shape=node.output.shape)
     return _replace(graph, node, mul, [])
 
 
@@ -103,8 +103,9 @@ def _mul_mul(graph: Graph, node: Node) -> int:
         return 0
     shape = np.broadcast_shapes(tuple(v1.const.shape), tuple(v2.const.shape))
     scale = _constant(graph, c1 * c2, x.dtype, shape)
-    mul = new_node(graph, "Mul", [x, scale], before=node, created_by=NAME,
-                   dtype=node.output.dtype, shape=node.output.shape)
+    mul = NodeBuilder(graph, node, NAME, by_op=True).node("Mul", [x, scale],
+                                                          dtype=node.output.dtype,
+                                                          shape=node.output.shape)
     return _replace(graph, node, mul, [inner])
 
 
@@ -152,12 +153,12 @@ def _matmul(graph: Graph, node: Node) -> int:
         dead.append(mul)
     if not dead:
         return 0
-    mm = new_node(graph, "MatMul", operands, before=node, created_by=NAME,
-                  attrs=dict(node.attrs), dtype=node.output.dtype, shape=node.output.shape)
+    build = NodeBuilder(graph, node, NAME, by_op=True)
+    mm = build.node("MatMul", operands, attrs=dict(node.attrs), dtype=node.output.dtype,
+                    shape=node.output.shape)
     mm.sem.update(node.sem)
     const = _constant(graph, scale, scale_dtype, (1,) * scale_rank)
-    mul = new_node(graph, "Mul", [mm.output, const], before=node, created_by=NAME,
-                   dtype=node.output.dtype, shape=node.output.shape)
+    mul = build.node("Mul", [mm.output, const], dtype=node.output.dtype, shape=node.output.shape)
     if not replace_value(graph, node.output, mul.output, inexact=site(NAME, node)):
         graph.remove([mul, mm])
         return 0

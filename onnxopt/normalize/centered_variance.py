@@ -24,44 +24,40 @@ elimination merges the two subtractions.
 from __future__ import annotations
 
 from onnxopt.ir import symdim as sd
+from onnxopt.ir.builder import NodeBuilder
 from onnxopt.ir.edit import remove_if_dead, rename, replace_value
 from onnxopt.ir.exactness import site
 from onnxopt.ir.graph import Graph
-from onnxopt.ir.model import Model
 from onnxopt.ir.node import Node
-from onnxopt.ir.value import Value
-from onnxopt.normalize._common import (
-    float_scalar,
-    is_op,
-    is_private,
-    live_ops,
-    new_node,
-    square_of,
-)
-from onnxopt.rewrite.driver import PassResult
+from onnxopt.match.pattern import Builder, Match, Pat
+from onnxopt.normalize._common import float_scalar, square
+from onnxopt.rewrite.pattern import PatternRewrite, case
 
 NAME = "centered_variance"
 
 
-# A hand walk, not a pattern (onnxopt.rewrite.pattern): not yet ported: its operand orders are
-# tried with conditions between them (dtypes, privacy) that a first-match pattern would not retry,
-# so outputs could change.
-def centered_variance(model: Model) -> PassResult:
-    """Rewrite clamped one-pass variances into means of centred squares; return how many."""
-    return PassResult(sum(_rewrite(graph, node) for graph, node in live_ops(model, "Max")
-               if model.exactness.permits(NAME, node)))
+def _pattern(p: Builder) -> Pat:
+    """Max(Sub(ReduceMean(x²), m²), zero) in either order, m = ReduceMean(x); every
+    intermediate but ``m`` read by the next node alone."""
+    x = p.var("x")
+    mean = p.ReduceMean(x, name="mean", other_inputs=True, other_attrs=True)
+    mean_sq = p.ReduceMean(square(p, x, "x", private=True), name="sq_reduce", private=True,
+                           other_inputs=True, other_attrs=True)
+    diff = p.Sub(mean_sq, square(p, mean, "mean", private=True), name="sub", private=True,
+                 other_attrs=True)
+    return p.Max(diff, p.var("zero"), other_attrs=True)
 
 
-def _clamped(max_node: Node) -> Value | None:
-    """The operand of ``Max(v, 0)`` / ``Max(0, v)`` that is clamped, when the zero is a scalar
-    constant of no higher rank than ``v`` (so the Max broadcasts nothing)."""
-    if len(max_node.inputs) != 2 or None in max_node.inputs:
-        return None
-    for k in (1, 0):
-        zero, v = max_node.inputs[k], max_node.inputs[1 - k]
-        if float_scalar(zero) == 0.0 and v.rank is not None and len(zero.shape or ()) <= v.rank:
-            return v
-    return None
+def _fits(m: Match) -> bool:
+    """What the pattern cannot say: the clamp is with a zero that broadcasts nothing, both
+    means reduce the same known axes keeping them, and every dtype agrees."""
+    diff, zero = m.sub.output, m.zero
+    if float_scalar(zero) != 0.0 or diff.rank is None or len(zero.shape or ()) > diff.rank:
+        return False
+    if not _same_mean(m.sq_reduce, m.mean):
+        return False
+    x, mean = m.x, m.mean.output
+    return x.dtype is not None and x.dtype == mean.dtype == diff.dtype == m.root.output.dtype
 
 
 def _same_mean(a: Node, b: Node) -> bool:
@@ -71,39 +67,25 @@ def _same_mean(a: Node, b: Node) -> bool:
             and a.sem.get("keepdims", True) and b.sem.get("keepdims", True))
 
 
-def _rewrite(graph: Graph, max_node: Node) -> int:
-    diff = _clamped(max_node)
-    if diff is None or not is_private(diff, max_node):
-        return 0
-    sub = diff.producer
-    if not is_op(sub, "Sub") or len(sub.inputs) != 2 or None in sub.inputs:
-        return 0
-    mean_sq, mean_2 = sub.inputs
-    if not (is_private(mean_sq, sub) and is_private(mean_2, sub)):
-        return 0
-    sq_reduce, mean = mean_sq.producer, square_of(mean_2)
-    if not is_op(sq_reduce, "ReduceMean") or mean is None or not is_op(mean.producer, "ReduceMean"):
-        return 0
-    squares = sq_reduce.inputs[0]
-    x = square_of(squares) if squares is not None else None
-    if x is None or x is not mean.producer.inputs[0] or not is_private(squares, sq_reduce):
-        return 0
-    if not _same_mean(sq_reduce, mean.producer):
-        return 0
-    if x.dtype is None or not (x.dtype == mean.dtype == diff.dtype == max_node.output.dtype):
-        return 0
+def _rewrite(graph: Graph, m: Match) -> bool:
+    max_node, sub, sq_reduce, x = m.root, m.sub, m.sq_reduce, m.x
+    mean = m.mean.output
+    squares, mean_2 = sq_reduce.inputs[0], sub.inputs[1]
     shape = sd.broadcast_shapes(x.shape, mean.shape)
-    d = new_node(graph, "Sub", [x, mean], before=max_node, created_by=NAME, dtype=x.dtype,
-                 shape=shape)
+    build = NodeBuilder(graph, max_node, NAME, by_op=True)
+    d = build.node("Sub", [x, mean], dtype=x.dtype, shape=shape)
     # named for what it is: a match refused for its readers names it (``explain``)
     rename(graph, d.output, graph.names.fresh(f"{x.name}_centered"))
-    d2 = new_node(graph, "Mul", [d.output, d.output], before=max_node, created_by=NAME,
-                  dtype=x.dtype, shape=shape)
-    var = new_node(graph, "ReduceMean", [d2.output, *sq_reduce.inputs[1:]], before=max_node,
-                   created_by=NAME, attrs=dict(sq_reduce.attrs), dtype=x.dtype,
-                   shape=max_node.output.shape)
+    d2 = build.node("Mul", [d.output, d.output], dtype=x.dtype, shape=shape)
+    var = build.node("ReduceMean", [d2.output, *sq_reduce.inputs[1:]], attrs=dict(sq_reduce.attrs),
+                     dtype=x.dtype, shape=max_node.output.shape)
     if not replace_value(graph, max_node.output, var.output, inexact=site(NAME, max_node)):
         graph.remove([var, d2, d])
-        return 0
+        return False
     remove_if_dead(graph, max_node, sub, sq_reduce, mean_2.producer, squares.producer)
-    return 1
+    return True
+
+
+# Not bit-exact (the variance summed in another form): a site of onnxopt.ir.exactness.
+centered_variance = PatternRewrite.of(case(_pattern, ("Max",), _rewrite, permits=NAME,
+                                           require=_fits))

@@ -23,100 +23,92 @@ import math
 
 import numpy as np
 
+from onnxopt.ir.builder import NodeBuilder
 from onnxopt.ir.dtypes import numpy_dtype
 from onnxopt.ir.edit import remove_if_dead, replace_value
 from onnxopt.ir.exactness import site
 from onnxopt.ir.graph import Graph
-from onnxopt.ir.model import Model
 from onnxopt.ir.node import Node
 from onnxopt.ir.tensor import LazyTensor
 from onnxopt.ir.value import Value
-from onnxopt.normalize._common import (
-    is_op,
-    is_private,
-    live_ops,
-    new_node,
-    scalar_constant,
-    scalar_operand,
-    square_of,
-)
-from onnxopt.rewrite.driver import PassResult
+from onnxopt.match.pattern import Builder, Match, Pat
+from onnxopt.normalize._common import float_scalar, power_of, scalar_operand, square
+from onnxopt.refusal import Refusal
+from onnxopt.rewrite.pattern import PatternRewrite, case
 
 NAME = "cubic_factored"
 
 
-# A hand walk, not a pattern (onnxopt.rewrite.pattern): not yet ported: the cube's three spellings
-# are searched with the scalar on either side, conditions between them that a first-match pattern
-# would not retry.
-def cubic_factored(model: Model) -> PassResult:
-    """Factor the linear coefficient out of ``c1·x + c2·x³``; return how many were rewritten."""
-    return PassResult(sum(_rewrite(graph, node) for graph, node in live_ops(model, "Add")
-               if model.exactness.permits(NAME, node)))
+def _scalar_on(side: int):
+    """An Op ``check`` for ``v·c``: ``scalar_operand`` reads the float scalar ``c`` on ``side``
+    (the second operand when both are), of no higher rank than ``v``."""
+    def check(node: Node) -> Refusal | None:
+        found = scalar_operand(node)
+        if found is not None and found[0] == side:
+            v, const = node.inputs[1 - side], node.inputs[side]
+            if v.rank is not None and len(const.shape or ()) <= v.rank:
+                return None
+        return Refusal("not_a_scalar", f"no float scalar on side {side} that broadcasts "
+                       "nothing", node.name)
+    return check
 
 
-def cube_of(value: Value) -> Value | None:
-    """``x`` when ``value`` is ``Pow(x, 3)``, ``x·(x·x)`` or ``(x·x)·x``."""
-    node = value.producer
-    if not is_op(node, "Mul", "Pow") or len(node.inputs) != 2 or None in node.inputs:
-        return None
-    a, b = node.inputs
-    if node.op_type == "Pow":
-        ok = scalar_constant(b) == 3 and a.rank is not None and len(b.shape or ()) <= a.rank
-        return a if ok else None
-    if square_of(b) is a:
-        return a
-    if square_of(a) is b:
-        return b
-    return None
+def _scaled(p: Builder, v: Pat, c: str, name: str) -> Pat:
+    """``v·c`` read by the Add alone, ``c`` the float scalar :func:`scalar_operand` picks."""
+    return p.any(p.Mul(v, p.var(c), check=_scalar_on(1), commutative=False, name=f"{name}_vc",
+                       private=True, other_attrs=True),
+                 p.Mul(p.var(c), v, check=_scalar_on(0), commutative=False, name=f"{name}_cv",
+                       private=True, other_attrs=True))
 
 
-def _scaled(value: Value, add: Node) -> tuple[Node, Value, Value, float] | None:
-    """(the Mul, its variable operand, its constant, the constant's value) for ``v·c`` read by
-    ``add`` alone, the constant a float scalar of no higher rank than ``v``."""
-    node = value.producer
-    if not is_op(node, "Mul") or not is_private(value, add):
-        return None
-    found = scalar_operand(node)
-    if found is None:
-        return None
-    k, c = found
-    v, const = node.inputs[1 - k], node.inputs[k]
-    if v.rank is None or len(const.shape or ()) > v.rank:
-        return None
-    return node, v, const, c
+def _cube(p: Builder, x: Pat) -> Pat:
+    """``Pow(x, 3)``, ``x·(x·x)`` or ``(x·x)·x`` ."""
+    return p.any(p.Pow(x, p.var("cube_exponent"), check=power_of(3), other_attrs=True),
+                 p.Mul(x, square(p, x, "cube_square"), other_attrs=True))
 
 
-def _rewrite(graph: Graph, add: Node) -> int:
-    if len(add.inputs) != 2 or None in add.inputs:
-        return 0
-    terms = [_scaled(v, add) for v in add.inputs]
-    if None in terms:
-        return 0
-    for linear, cubic in (terms, reversed(terms)):
-        (lin_mul, x, c1_value, c1), (cub_mul, cube, c3_value, c3) = linear, cubic
-        if cube_of(cube) is not x or c1 == 0 or not math.isfinite(c1):
-            continue
-        dtype = add.output.dtype
-        if dtype is None or not (x.dtype == cube.dtype == c1_value.dtype == c3_value.dtype == dtype):
-            return 0
-        return _factor(graph, add, x, cube, c1_value, c3 / c1, [lin_mul, cub_mul])
-    return 0
+def _pattern(p: Builder) -> Pat:
+    """Add(x·c1, x³·c3), either way round."""
+    x = p.var("x")
+    return p.Add(_scaled(p, x, "c1", "linear"), _scaled(p, _cube(p, x), "c3", "cubic"),
+                 other_attrs=True)
+
+
+def _factorable(m: Match) -> bool:
+    """``c1`` a finite non-zero number (else the Add's other order is tried)."""
+    c1 = float_scalar(m.c1)
+    return c1 != 0 and math.isfinite(c1)
+
+
+def _rewrite(graph: Graph, m: Match) -> bool:
+    add, x, c1_value, c3_value = m.root, m.x, m.c1, m.c3
+    cub_mul = m.cubic_vc or m.cubic_cv
+    cube = cub_mul.inputs[0] if cub_mul is m.cubic_vc else cub_mul.inputs[1]
+    dtype = add.output.dtype
+    if dtype is None or not (x.dtype == cube.dtype == c1_value.dtype == c3_value.dtype == dtype):
+        return False
+    ratio = float_scalar(c3_value) / float_scalar(c1_value)
+    return _factor(graph, add, x, cube, c1_value, ratio, [m.linear_vc or m.linear_cv, cub_mul])
+
+
+# A search (``require``): the cube's spellings and the Add's operand orders are tried in turn.
+# Not bit-exact (the quotient rounded once): a site of onnxopt.ir.exactness.
+cubic_factored = PatternRewrite.of(case(_pattern, ("Add",), _rewrite, permits=NAME,
+                                        require=_factorable))
 
 
 def _factor(graph: Graph, add: Node, x: Value, cube: Value, c1: Value, ratio: float,
-            dead: list[Node]) -> int:
+            dead: list[Node]) -> bool:
     dtype = add.output.dtype
     arr = np.full(tuple(c1.const.shape), ratio, dtype=np.float64).astype(numpy_dtype(dtype))
     ratio_value = graph.add_constant(LazyTensor.from_array(arr), hint="cubic")
-    term = new_node(graph, "Mul", [cube, ratio_value], before=add, created_by=NAME, dtype=dtype,
-                    shape=cube.shape)
-    inner = new_node(graph, "Add", [x, term.output], before=add, created_by=NAME, dtype=dtype,
-                     shape=add.output.shape)
-    outer = new_node(graph, "Mul", [inner.output, c1], before=add, created_by=NAME, dtype=dtype,
-                     shape=add.output.shape)
+    build = NodeBuilder(graph, add, NAME, by_op=True)
+    term = build.node("Mul", [cube, ratio_value], dtype=dtype, shape=cube.shape)
+    inner = build.node("Add", [x, term.output], dtype=dtype, shape=add.output.shape)
+    outer = build.node("Mul", [inner.output, c1], dtype=dtype, shape=add.output.shape)
     if not replace_value(graph, add.output, outer.output, inexact=site(NAME, add)):
         graph.remove([outer, inner, term])
         graph.remove_constant(ratio_value)
-        return 0
+        return False
     remove_if_dead(graph, add, *dead)
-    return 1
+    return True

@@ -26,6 +26,7 @@ from __future__ import annotations
 import numpy as np
 
 from onnxopt.ir import symdim as sd
+from onnxopt.ir.builder import NodeBuilder
 from onnxopt.ir.graph import Graph
 from onnxopt.ir.node import Node
 from onnxopt.ir.tensor import LazyTensor
@@ -34,7 +35,6 @@ from onnxopt.match.pattern import Builder, Match, Pat
 from onnxopt.normalize._common import (
     int_attr,
     is_private,
-    new_node,
     small_constant,
 )
 from onnxopt.rewrite.pattern import PatternRewrite, case
@@ -65,12 +65,12 @@ def _move_out(graph: Graph, m: Match) -> bool:
     layout = _laid_out(c, x, axis)
     if layout is None:
         return False
-    inner = new_node(graph, "Reshape", [x, merge.input(1)], before=merge,
-                     created_by=NAME, attrs=dict(merge.attrs), dtype=x.dtype,
-                     shape=merge.output.shape)
+    build = NodeBuilder(graph, merge, NAME, by_op=True)
+    inner = build.node("Reshape", [x, merge.input(1)], attrs=dict(merge.attrs), dtype=x.dtype,
+                       shape=merge.output.shape)
     merged = _merged_operand(graph, merge, layout, c, x, inner.output, axis)
-    moved = new_node(graph, op.op_type, [inner.output, merged], before=merge,
-                     created_by=NAME, dtype=merge.output.dtype, shape=merge.output.shape)
+    moved = build.node(op.op_type, [inner.output, merged], dtype=merge.output.dtype,
+                       shape=merge.output.shape)
     graph.replace_all_uses(merge.output, moved.output)
     graph.remove(merge)
     graph.remove(op)
@@ -146,18 +146,18 @@ def _merged_operand(graph: Graph, merge: Node, layout: tuple[int, ...], m: Value
     ma, mb = layout[a], layout[a + 1]
     head, tail = layout[:a], layout[a + 2:]
     target = head + (ma * mb,) + tail
+    build = NodeBuilder(graph, merge, NAME, by_op=True)
     if m.const is not None:
         merged = _constant(graph, small_constant(m).reshape(target), m)
     else:
         to = graph.add_constant(LazyTensor.from_array(np.array(target, np.int64)),
                                 hint=f"{NAME}/operand_shape")
-        merged = new_node(graph, "Reshape", [m, to], before=merge, created_by=NAME,
-                          dtype=m.dtype, shape=target).output
+        merged = build.node("Reshape", [m, to], dtype=m.dtype, shape=target).output
     if ma == mb == 1 or ma != 1 or sd.same(shape[a], 1):
         return merged
     repeats = _repeats(graph, merge, merged_view, a, mb, len(shape) - 1)
-    tiled = new_node(graph, "Tile", [merged, repeats], before=merge, created_by=NAME,
-                     dtype=m.dtype, shape=tuple(head) + (sd.mul(shape[a], mb),) + tuple(tail))
+    tiled = build.node("Tile", [merged, repeats], dtype=m.dtype,
+                       shape=tuple(head) + (sd.mul(shape[a], mb),) + tuple(tail))
     return tiled.output
 
 
@@ -176,15 +176,13 @@ def _repeats(graph: Graph, merge: Node, merged_view: Value, a: int, per: int,
         ones = np.ones(rank, np.int64)
         ones[a] = size // per
         return graph.add_constant(LazyTensor.from_array(ones), hint=f"{NAME}/repeats")
-    shape = new_node(graph, "Shape", [merged_view], before=merge, created_by=NAME,
-                     dtype="int64", shape=(rank,))
+    build = NodeBuilder(graph, merge, NAME, by_op=True)
+    shape = build.node("Shape", [merged_view], dtype="int64", shape=(rank,))
     index = graph.add_constant(LazyTensor.from_array(np.array([a], np.int64)), hint=f"{NAME}/axis")
-    rows = new_node(graph, "Gather", [shape.output, index], before=merge, created_by=NAME,
-                    dtype="int64", shape=(1,))
+    rows = build.node("Gather", [shape.output, index], dtype="int64", shape=(1,))
     per_value = graph.add_constant(LazyTensor.from_array(np.array([per], np.int64)),
                                    hint=f"{NAME}/per")
-    count = new_node(graph, "Div", [rows.output, per_value], before=merge, created_by=NAME,
-                     dtype="int64", shape=(1,))
+    count = build.node("Div", [rows.output, per_value], dtype="int64", shape=(1,))
     parts = [(graph.add_constant(LazyTensor.from_array(np.ones(a, np.int64)), hint=f"{NAME}/ones"), a),
              (count.output, 1),
              (graph.add_constant(LazyTensor.from_array(np.ones(rank - a - 1, np.int64)),
@@ -192,8 +190,8 @@ def _repeats(graph: Graph, merge: Node, merged_view: Value, a: int, per: int,
     pieces = [value for value, n in parts if n]
     if len(pieces) == 1:
         return pieces[0]
-    return new_node(graph, "Concat", pieces, before=merge, created_by=NAME,
-                    attrs={"axis": int_attr(0)}, dtype="int64", shape=(rank,)).output
+    return build.node("Concat", pieces, attrs={"axis": int_attr(0)}, dtype="int64",
+                      shape=(rank,)).output
 
 
 elementwise_out_of_split = PatternRewrite.of(

@@ -20,21 +20,23 @@ a result whose shape shape inference proves to be ``x``'s leading dims and ``N``
 from __future__ import annotations
 
 from onnxopt.ir import symdim as sd
+from onnxopt.ir.builder import NodeBuilder
 from onnxopt.ir.edit import remove_if_dead, replace_value
 from onnxopt.ir.exactness import site
 from onnxopt.ir.model import Model
 from onnxopt.ir.node import Node
 from onnxopt.ir.value import Value
-from onnxopt.normalize._common import is_op, is_private, new_node
+from onnxopt.normalize._common import is_op, is_private
 from onnxopt.rewrite.driver import PassResult
 
 NAME = "gemm_unflattened"
 
 
-# A hand walk, not a pattern (onnxopt.rewrite.pattern): not yet ported: a pattern reads producers,
-# so it would be rooted at the unflattening Reshape, a reader of the Gemm; walking Reshapes
-# instead of Gemms makes the rewrites in another order where projections share a layer (new nodes
-# named otherwise).
+# A hand walk, not a pattern (onnxopt.rewrite.pattern): a pattern says a value back from its root
+# through producers, but this rewrite starts at the Gemm (the exactness site is the Gemm's) and
+# needs the Gemm's reader, the unflattening Reshape, which a pattern cannot name. Rooted at that
+# Reshape instead, the walk would meet the rewrites in the Reshapes' order, not the Gemms', and
+# where the orders differ (a layer's projections) the new nodes would take each other's names.
 def gemm_unflattened(model: Model) -> PassResult:
     count = 0
     for graph in model.graph.all_graphs():
@@ -49,12 +51,11 @@ def gemm_unflattened(model: Model) -> PassResult:
             flatten, unflatten, x = found
             weight, bias = node.input(1), node.input(2)
             out = unflatten.outputs[0]
-            product = new_node(graph, "MatMul", [x, weight], before=unflatten, created_by=NAME,
-                               dtype=out.dtype, shape=out.shape)
+            build = NodeBuilder(graph, unflatten, NAME, by_op=True)
+            product = build.node("MatMul", [x, weight], dtype=out.dtype, shape=out.shape)
             result = product.output
             if bias is not None:
-                result = new_node(graph, "Add", [result, bias], before=unflatten,
-                                  created_by=NAME, dtype=out.dtype, shape=out.shape).output
+                result = build.node("Add", [result, bias], dtype=out.dtype, shape=out.shape).output
             # With a bias, not exact: ONNX Runtime's Gemm adds the bias first and accumulates
             # the products onto it, block by block of the inner dimension; MatMul then Add
             # adds it last (the same sum in another order, when ORT does not fuse them back).

@@ -22,90 +22,78 @@ than that.
 from __future__ import annotations
 
 from onnxopt.ir import symdim as sd
+from onnxopt.ir.builder import NodeBuilder
 from onnxopt.ir.edit import remove_if_dead, replace_value
 from onnxopt.ir.exactness import site
 from onnxopt.ir.graph import Graph
-from onnxopt.ir.model import Model
 from onnxopt.ir.node import Node
 from onnxopt.ir.value import Value
-from onnxopt.normalize._common import (
-    float_scalar,
-    is_op,
-    is_private,
-    live_ops,
-    new_node,
-)
-from onnxopt.rewrite.driver import PassResult
+from onnxopt.match.pattern import Builder, Match, Pat
+from onnxopt.normalize._common import float_scalar
+from onnxopt.rewrite.pattern import PatternRewrite, case
 
 NAME = "rstd_canonical"
 
 
-# A hand walk, not a pattern (onnxopt.rewrite.pattern): not yet ported: its operand orders are
-# tried with conditions between them (dtypes, privacy) that a first-match pattern would not retry,
-# so outputs could change.
-def rstd_canonical(model: Model) -> PassResult:
-    """Spell reciprocal square roots as Reciprocal and apply them before the weight."""
-    count = 0
-    for graph, node in live_ops(model, "Div", "Mul"):
-        if node.op_type == "Div":
-            count += _reciprocal(graph, node)  # the same IEEE division: exact
-        elif model.exactness.permits(NAME, node):
-            count += _weight_last(graph, node)  # a regrouped product: not exact
-    return PassResult(count)
+def _sqrt(p: Builder) -> Pat:
+    return p.Sqrt(name="sqrt", other_inputs=True, other_attrs=True)
 
 
-def _is_sqrt(value: Value | None) -> bool:
-    return value is not None and is_op(value.producer, "Sqrt")
+def _one_over_sqrt(p: Builder) -> Pat:
+    """Div(one, Sqrt(v))."""
+    return p.Div(p.var("one"), _sqrt(p), name="div", commutative=False, other_attrs=True)
 
 
-def _is_rstd(value: Value) -> bool:
-    node = value.producer
-    return is_op(node, "Reciprocal") and _is_sqrt(node.input(0))
-
-
-def _reciprocal(graph: Graph, div: Node) -> int:
+def _reciprocal(graph: Graph, m: Match) -> bool:
     """Div(1, Sqrt(v)) -> Reciprocal(Sqrt(v)), when the one broadcasts nothing."""
-    if len(div.inputs) != 2 or not _is_sqrt(div.inputs[1]):
-        return 0
-    one, std = div.inputs
+    div, one, std = m.div, m.one, m.sqrt.output
     if float_scalar(one) != 1.0 or one.dtype != std.dtype or std.rank is None \
             or len(one.shape or ()) > std.rank:
-        return 0
-    rec = new_node(graph, "Reciprocal", [std], before=div, created_by=NAME, dtype=std.dtype,
-                   shape=div.output.shape)
+        return False
+    rec = NodeBuilder(graph, div, NAME, by_op=True).node("Reciprocal", [std], dtype=std.dtype,
+                                                         shape=div.output.shape)
     if not replace_value(graph, div.output, rec.output):
         graph.remove(rec)
-        return 0
+        return False
     remove_if_dead(graph, div)
-    return 1
+    return True
 
 
-def _weight_last(graph: Graph, outer: Node) -> int:
+def _weighted_rstd(p: Builder) -> Pat:
+    """Mul(d, Mul(Reciprocal(Sqrt(v)), γ)), each Mul either way round, the inner one read by
+    the outer alone."""
+    rstd = p.Reciprocal(_sqrt(p), name="rstd", other_inputs=True, other_attrs=True)
+    inner = p.Mul(rstd, p.const("gamma"), name="inner", private=True, other_attrs=True)
+    return p.Mul(p.var("d"), inner, name="outer", other_attrs=True)
+
+
+def _computed_alike(m: Match) -> bool:
+    """``d`` computed, not a constant, and every dtype the same (else the next operand order
+    is tried, as for a miss)."""
+    d, r, gamma = m.d, m.rstd.output, m.gamma
+    return d.const is None and d.dtype == r.dtype == gamma.dtype == m.outer.output.dtype
+
+
+def _weight_last(graph: Graph, m: Match) -> bool:
     """Mul(d, Mul(r, γ)) -> Mul(Mul(d, r), γ) for an rstd ``r`` and a constant ``γ``."""
-    if len(outer.inputs) != 2 or None in outer.inputs:
-        return 0
-    for k in (1, 0):
-        d, rg = outer.inputs[1 - k], outer.inputs[k]
-        inner = rg.producer
-        if not is_op(inner, "Mul") or len(inner.inputs) != 2 or not is_private(rg, outer):
-            continue
-        for r, gamma in (inner.inputs, reversed(inner.inputs)):
-            if r is None or gamma is None or gamma.const is None or not _is_rstd(r):
-                continue
-            if d.const is not None or not (d.dtype == r.dtype == gamma.dtype == outer.output.dtype):
-                continue
-            return _reassociate(graph, outer, inner, d, r, gamma)
-    return 0
+    return _reassociate(graph, m.outer, m.inner, m.d, m.rstd.output, m.gamma)
 
 
-def _reassociate(graph: Graph, outer: Node, inner: Node, d: Value, r: Value, gamma: Value) -> int:
+# ``1 / s`` and ``Reciprocal(s)`` are the same IEEE division (exact); the regrouped product is
+# not: a site of onnxopt.ir.exactness. Both in one walk over Divs and Muls.
+rstd_canonical = PatternRewrite.of(
+    case(_one_over_sqrt, ("Div",), _reciprocal),
+    case(_weighted_rstd, ("Mul",), _weight_last, permits=NAME, require=_computed_alike))
+
+
+def _reassociate(graph: Graph, outer: Node, inner: Node, d: Value, r: Value,
+                 gamma: Value) -> bool:
     dtype = outer.output.dtype
-    dr = new_node(graph, "Mul", [d, r], before=outer, created_by=NAME, dtype=dtype,
-                  shape=sd.broadcast_shapes(d.shape, r.shape))
-    weighted = new_node(graph, "Mul", [dr.output, gamma], before=outer, created_by=NAME,
-                        dtype=dtype, shape=outer.output.shape)
+    build = NodeBuilder(graph, outer, NAME, by_op=True)
+    dr = build.node("Mul", [d, r], dtype=dtype, shape=sd.broadcast_shapes(d.shape, r.shape))
+    weighted = build.node("Mul", [dr.output, gamma], dtype=dtype, shape=outer.output.shape)
     if not replace_value(graph, outer.output, weighted.output, inexact=site(NAME, outer)):
         graph.remove([weighted, dr])
-        return 0
+        return False
     remove_if_dead(graph, outer, inner)
-    return 1
+    return True

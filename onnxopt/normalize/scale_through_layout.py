@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from onnxopt.ir.builder import NodeBuilder
 from onnxopt.ir.dtypes import numpy_dtype
 from onnxopt.ir.model import Model
 from onnxopt.ir.tensor import LazyTensor
@@ -26,7 +27,6 @@ from onnxopt.normalize._common import (
     is_op,
     is_private,
     live_ops,
-    new_node,
     scalar_operand,
 )
 from onnxopt.rewrite.driver import PassResult
@@ -58,8 +58,9 @@ def scale_through_layout(model: Model) -> PassResult:
         graph.set_input(layout, 0, x)
         scalar = graph.add_constant(
             LazyTensor.from_array(np.array(value, numpy_dtype(x.dtype))), hint=f"{NAME}/scale")
-        moved = new_node(graph, "Mul", [layout.output, scalar], before=layout,
-                         created_by=NAME, dtype=layout.output.dtype, shape=layout.output.shape)
+        moved = NodeBuilder(graph, layout, NAME, by_op=True).node("Mul", [layout.output, scalar],
+                                                                  dtype=layout.output.dtype,
+                                                                  shape=layout.output.shape)
         graph.move_before(moved, layout)  # the layout op first, then the Mul reading it
         for reader, i in layout.output.uses():
             if reader is not moved:

@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from onnxopt.ir.builder import NodeBuilder
 from onnxopt.ir.edit import remove_if_dead, replace_value
 from onnxopt.ir.graph import Graph
 from onnxopt.ir.node import Node
 from onnxopt.ir.tensor import LazyTensor
-from onnxopt.normalize._common import is_op, new_node
+from onnxopt.normalize._common import is_op
 
 NAME = "shape_of_transpose"
 
@@ -33,12 +34,11 @@ def read_before_transpose(graph: Graph, shape: Node) -> bool:
     if perm is None or v.rank is None or len(perm) != v.rank:
         return False
     picked = _sliced(list(perm), shape.attr("start", 0), shape.attr("end"))
-    of_v = new_node(graph, "Shape", [v], before=shape, created_by=NAME, dtype="int64",
-                    shape=(v.rank,))
+    build = NodeBuilder(graph, shape, NAME, by_op=True)
+    of_v = build.node("Shape", [v], dtype="int64", shape=(v.rank,))
     index = graph.add_constant(LazyTensor.from_array(np.array(picked, np.int64)),
                                hint=f"{NAME}/perm")
-    gathered = new_node(graph, "Gather", [of_v.output, index], before=shape, created_by=NAME,
-                        dtype="int64", shape=(len(picked),))
+    gathered = build.node("Gather", [of_v.output, index], dtype="int64", shape=(len(picked),))
     gathered.output.sym = shape.output.sym
     if not replace_value(graph, shape.output, gathered.output):
         graph.remove([gathered, of_v])

@@ -23,13 +23,14 @@ with ``m`` not the max of ``x`` is simply the second form applied to ``x - m``.
 
 from __future__ import annotations
 
+from onnxopt.ir.builder import NodeBuilder
 from onnxopt.ir.edit import replace_value
 from onnxopt.ir.exactness import site
 from onnxopt.ir.graph import Graph
 from onnxopt.ir.node import Node
 from onnxopt.ir.value import Value
 from onnxopt.match.pattern import Builder, Match, Pat
-from onnxopt.normalize._common import int_attr, is_private, new_node
+from onnxopt.normalize._common import int_attr, is_private
 from onnxopt.rewrite.pattern import PatternRewrite, case
 
 NAME = "softmax_canonical"
@@ -103,9 +104,10 @@ def _single_axis(reduce: Node, rank: int | None) -> int | None:
 
 
 def _replace(graph: Graph, div: Node, x: Value, axis: int, dead: list[Node]) -> int:
-    softmax = new_node(graph, "Softmax", [x], before=div, created_by=NAME,
-                       attrs={"axis": int_attr(axis)}, dtype=div.output.dtype,
-                       shape=div.output.shape)
+    softmax = NodeBuilder(graph, div, NAME, by_op=True).node("Softmax", [x],
+                                                             attrs={"axis": int_attr(axis)},
+                                                             dtype=div.output.dtype,
+                                                             shape=div.output.shape)
     softmax.sem["stable"] = True
     if not replace_value(graph, div.output, softmax.output, inexact=site(NAME, div)):
         graph.remove(softmax)

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from onnxopt.ir.builder import NodeBuilder
 from onnxopt.ir.edit import remove_if_dead, replace_value
 from onnxopt.ir.graph import Graph
 from onnxopt.ir.node import Node
@@ -38,7 +39,6 @@ from onnxopt.match.pattern import Builder, Match, Pat
 from onnxopt.normalize._common import (
     ints_attr,
     is_private,
-    new_node,
 )
 from onnxopt.rewrite.pattern import PatternRewrite, case
 
@@ -116,8 +116,10 @@ def _absorb(graph: Graph, m: Match, i: int) -> bool:
     elif not flag and q[-1] == len(q) - 1 and is_private(t_out, node):
         # only when X's innermost axis stays innermost: [B,S,H,D] -[0,2,3,1]-> K^T becomes
         # K = [B,H,S,D] <transpose_b>, while V = [B,H,S,D] from perm [0,2,1,3] stays as it is
-        tq = new_node(graph, "Transpose", [x], before=node, created_by=NAME,
-                      attrs={"perm": ints_attr(q)}, dtype=x.dtype, shape=_permuted(x.shape, q))
+        tq = NodeBuilder(graph, node, NAME, by_op=True).node("Transpose", [x],
+                                                             attrs={"perm": ints_attr(q)},
+                                                             dtype=x.dtype,
+                                                             shape=_permuted(x.shape, q))
         operand = tq.output
     else:
         return False  # would trade one Transpose for another

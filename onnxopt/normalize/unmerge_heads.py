@@ -23,13 +23,14 @@ from __future__ import annotations
 import numpy as np
 
 from onnxopt.ir import symdim as sd
+from onnxopt.ir.builder import NodeBuilder
 from onnxopt.ir.edit import remove_if_dead, replace_value
 from onnxopt.ir.graph import Graph
 from onnxopt.ir.model import Model
 from onnxopt.ir.node import STANDARD_DOMAINS, Node
 from onnxopt.ir.tensor import LazyTensor
 from onnxopt.ir.value import Value
-from onnxopt.normalize._common import int_attr, is_op, live_ops, new_node
+from onnxopt.normalize._common import int_attr, is_op, live_ops
 from onnxopt.rewrite.driver import PassResult
 
 CREATED_BY = "unmerge_heads"
@@ -124,9 +125,9 @@ def _build(graph: Graph, anchor: Node, plan, lead, source: Value) -> Value:
         return _split(graph, anchor, plan[1], lead, source)
     _, node, children, shape_readers = plan
     inputs = [_build(graph, node, child, lead, source) for child in children]
-    new = new_node(graph, node.op_type, inputs, before=node, created_by=CREATED_BY,
-                   attrs=dict(node.attrs), dtype=node.output.dtype,
-                   shape=(*lead, *node.output.shape[1:]))
+    build = NodeBuilder(graph, node, CREATED_BY, by_op=True)
+    new = build.node(node.op_type, inputs, attrs=dict(node.attrs), dtype=node.output.dtype,
+                     shape=(*lead, *node.output.shape[1:]))
     new.sem.update(node.sem)  # MatMul transpose flags live there
     for reader in shape_readers:
         replace_value(graph, reader.output, _merged_shape(graph, node, new.output))
@@ -142,8 +143,9 @@ def _merged_shape(graph: Graph, anchor: Node, v4: Value) -> Value:
 
 
 def _int_op(graph: Graph, anchor: Node, op_type: str, inputs, **attrs) -> Value:
-    return new_node(graph, op_type, inputs, before=anchor, created_by=CREATED_BY,
-                    attrs={k: int_attr(a) for k, a in attrs.items()}, dtype="int64").output
+    build = NodeBuilder(graph, anchor, CREATED_BY, by_op=True)
+    return build.node(op_type, inputs, attrs={k: int_attr(a) for k, a in attrs.items()},
+                      dtype="int64").output
 
 
 def _ints(graph: Graph, values) -> Value:
@@ -166,5 +168,5 @@ def _split(graph: Graph, anchor: Node, v: Value, lead, source: Value) -> Value:
     else:
         trailing = _slice(graph, anchor, _int_op(graph, anchor, "Shape", [v]), 1, 3)
     target = _int_op(graph, anchor, "Concat", [leading, trailing], axis=0)
-    return new_node(graph, "Reshape", [v, target], before=anchor, created_by=CREATED_BY,
-                    dtype=v.dtype, shape=(*lead, *v.shape[1:])).output
+    build = NodeBuilder(graph, anchor, CREATED_BY, by_op=True)
+    return build.node("Reshape", [v, target], dtype=v.dtype, shape=(*lead, *v.shape[1:])).output

@@ -28,6 +28,7 @@ from __future__ import annotations
 import numpy as np
 
 from onnxopt.ir import symdim as sd
+from onnxopt.ir.builder import NodeBuilder
 from onnxopt.ir.dtypes import FLOAT_TYPES, numpy_dtype
 from onnxopt.ir.edit import replace_value
 from onnxopt.ir.exactness import site
@@ -40,7 +41,6 @@ from onnxopt.normalize._common import (
     float_scalar,
     is_op,
     is_private,
-    new_node,
     small_constant,
 )
 from onnxopt.rewrite.driver import PassResult
@@ -81,20 +81,19 @@ def _rewrite(graph: Graph, node: Node, memo: dict[Value, bool]) -> int:
         return 0  # x == 0: already the additive form's mask
     if not _reaches_only_softmax(node.output, memo):
         return 0
+    build = NodeBuilder(graph, node, NAME, by_op=True)
     keep = cond
     if negate:
         inner = cond.producer
         if is_op(inner, "Not") and is_private(cond, node):
             keep = inner.inputs[0]  # Not(Not(y)) is y
         else:
-            keep = new_node(graph, "Not", [cond], before=node, created_by=NAME,
-                            dtype="bool", shape=cond.shape).output
+            keep = build.node("Not", [cond], dtype="bool", shape=cond.shape).output
     zero = graph.add_constant(LazyTensor.from_array(np.zeros((), dtype=numpy_dtype(x.dtype))),
                               hint="mask_zero")
-    mask = new_node(graph, "Where", [keep, zero, c], before=node, created_by=NAME,
-                    dtype=x.dtype, shape=sd.broadcast_shapes(keep.shape, c.shape))
-    add = new_node(graph, "Add", [x, mask.output], before=node, created_by=NAME,
-                   dtype=node.output.dtype, shape=node.output.shape)
+    mask = build.node("Where", [keep, zero, c], dtype=x.dtype,
+                      shape=sd.broadcast_shapes(keep.shape, c.shape))
+    add = build.node("Add", [x, mask.output], dtype=node.output.dtype, shape=node.output.shape)
     if not replace_value(graph, node.output, add.output, inexact=site(NAME, node)):
         graph.remove([add, mask])
         return 0

@@ -9,7 +9,9 @@ Two granularities share one source of truth, the edits themselves
   rounds and no pass keeps a "stale" flag: an edit is what makes a rewrite due. A rewrite
   said in the pattern language (:class:`onnxopt.rewrite.pattern.PatternRewrite`) is also
   handed the nodes those edits touched, and tries only the nodes within its pattern's reach
-  of them.
+  of them. Its ``once_settled`` rewrites run only where the others settled, and their
+  edits set the others going again: after fusion the pipeline continues so, fusing again
+  where normalization removed fused nodes (:func:`onnxopt.pipeline.fuse_and_settle`).
 - :class:`NodeWorklist` holds nodes to try, in order (the fusion rules' roots): an edit
   queues the nodes it touched — a node inserted, the readers of a value replaced, a node whose
   input changed or that was changed in place.
@@ -21,7 +23,7 @@ internal check that says so, naming them, instead of hanging the tool.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -126,39 +128,51 @@ class listening:
 
 
 def run_to_fixed_point(model: Model, rewrites: list[tuple[str, Rewrite]], *,
-                       debug: bool = False) -> dict[str, PassResult]:
+                       debug: bool = False,
+                       once_settled: Sequence[tuple[str, Rewrite]] = ()
+                       ) -> dict[str, PassResult]:
     """Run ``rewrites`` in order, each whenever the graph was edited since it last began
     (every one at first), until a sweep runs none; under ``debug`` verify the IR after each.
-    Returns what each did in all, for the rewrites that changed something."""
+    ``once_settled`` rewrites run the same way, but only where ``rewrites`` have settled (a
+    sweep of them edited nothing): what they edit sets ``rewrites`` going again (the pipeline
+    re-fuses so, after normalization). Returns what each did in all, for the rewrites that
+    changed something."""
     log = EditLog()
-    began_at: dict[str, int] = dict.fromkeys((name for name, _ in rewrites), -1)
+    everything = [*rewrites, *once_settled]
+    began_at: dict[str, int] = dict.fromkeys((name for name, _ in everything), -1)
     totals: dict[str, int] = dict.fromkeys(began_at, 0)
     # Where each incremental rewrite last began in ``log.touched``.
-    touches = {name: -1 for name, rewrite in rewrites if getattr(rewrite, "incremental", False)}
+    touches = {name: -1 for name, rewrite in everything
+               if getattr(rewrite, "incremental", False)}
     sweeps = 0
+
+    def sweep(group: list[tuple[str, Rewrite]]) -> list[str]:
+        ran: list[str] = []
+        for name, rewrite in group:
+            if began_at[name] == log.edits:
+                continue  # nothing was edited since it last looked: it would find nothing
+            first = began_at[name] < 0
+            began_at[name] = start = log.edits
+            if name in touches:
+                around = None if first else log.touched[touches[name]:]
+                touches[name] = len(log.touched)
+                result = rewrite(model, around=around)
+            else:
+                result = rewrite(model)
+            totals[name] += result.changed
+            if log.edits != start:
+                ran.append(name)
+            elif result.changed:
+                raise AssertionError(f"rewrite {name} counted {result.changed} change(s) "
+                                     "the graph did not hear of (Graph.changed says an "
+                                     "edit made in place)")
+            if debug:
+                verify_graph(model.graph)
+        return ran
+
     with listening(model.graph.names, log):
         while True:
-            ran: list[str] = []
-            for name, rewrite in rewrites:
-                if began_at[name] == log.edits:
-                    continue  # nothing was edited since it last looked: it would find nothing
-                first = began_at[name] < 0
-                began_at[name] = start = log.edits
-                if name in touches:
-                    around = None if first else log.touched[touches[name]:]
-                    touches[name] = len(log.touched)
-                    result = rewrite(model, around=around)
-                else:
-                    result = rewrite(model)
-                totals[name] += result.changed
-                if log.edits != start:
-                    ran.append(name)
-                elif result.changed:
-                    raise AssertionError(f"rewrite {name} counted {result.changed} change(s) "
-                                         "the graph did not hear of (Graph.changed says an "
-                                         "edit made in place)")
-                if debug:
-                    verify_graph(model.graph)
+            ran = sweep(rewrites) or sweep(once_settled)
             if not ran:
                 break
             sweeps += 1
@@ -166,7 +180,7 @@ def run_to_fixed_point(model: Model, rewrites: list[tuple[str, Rewrite]], *,
                 raise RewriteLoop(f"rewrites did not settle after {SWEEP_LIMIT} sweeps; still "
                                   f"editing: {', '.join(ran)} (a pair that undoes each other?)")
     if debug:
-        _check_settled(model, rewrites, touches)
+        _check_settled(model, everything, touches)
     return {name: PassResult(n) for name, n in totals.items() if n}
 
 

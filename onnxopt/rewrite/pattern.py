@@ -6,8 +6,9 @@ a match: ``apply(graph, match)`` rewrites and says whether it did. Run as a rewr
 driver (:func:`onnxopt.rewrite.driver.run_to_fixed_point`), it walks every graph in order —
 outer graphs first, each over a snapshot of its nodes, skipping those an earlier rewrite of
 the walk removed — and tries the pattern at each node of a root op. What a pattern cannot
-say (a value read by one reader alone, an axis two reductions share) ``apply`` checks, as
-the fusion rules' ``legal`` does.
+say (an axis two reductions share, dtypes that agree) ``apply`` checks, as the fusion rules'
+``legal`` does — or, where a failed check should let the pattern try its next way (another
+operand order), the case's ``require`` does, inside the match's search.
 """
 
 from __future__ import annotations
@@ -38,12 +39,18 @@ from onnxopt.rewrite.driver import EditLog, PassResult, listening
 class Case:
     """Where ``pattern`` matches at a standard-domain node of one of ``roots``, ``apply``.
     ``permits``: the exactness site name (:mod:`onnxopt.ir.exactness`) whose permission the
-    root needs first, for a rewrite that is not bit-exact."""
+    root needs first, for a rewrite that is not bit-exact. ``require``: what a match needs
+    that the pattern cannot say (dtypes agreeing across bindings); given, the match is a
+    search (:func:`onnxopt.match.pattern.match_pattern` ``exhaustive``) for the first way
+    the pattern fits that ``require`` approves, as is one with ``exhaustive``: a hand walk's
+    nested loops over operand orders, said as a pattern."""
 
     pattern: Pat
     roots: tuple[str, ...]
     apply: Callable[[Graph, Match], bool]
     permits: str | None = None
+    require: Callable[[Match], bool] | None = None
+    exhaustive: bool = False
     names: frozenset[str] = field(init=False)
     depth: int = field(init=False)  # how many producers deep the pattern reads
     # (input index, op types) the root's inputs must be produced by: checked before matching,
@@ -67,9 +74,11 @@ class Case:
 
 
 def case(build: Callable[[Builder], Pat], roots: tuple[str, ...],
-         apply: Callable[[Graph, Match], bool], *, permits: str | None = None) -> Case:
+         apply: Callable[[Graph, Match], bool], *, permits: str | None = None,
+         require: Callable[[Match], bool] | None = None, exhaustive: bool = False) -> Case:
     """The case of the pattern ``build(p)`` builds."""
-    return Case(build(Builder()), roots, apply, permits)
+    return Case(build(Builder()), roots, apply, permits, require,
+                exhaustive or require is not None)
 
 
 @dataclass(frozen=True)
@@ -124,7 +133,8 @@ class PatternRewrite:
                             continue
                         if not c.may_match(node):
                             continue
-                        m = match_pattern(c.pattern, node, Trace(), c.names)
+                        m = match_pattern(c.pattern, node, Trace(), c.names,
+                                          exhaustive=c.exhaustive, accept=c.require)
                         if m is not None and c.apply(graph, m):
                             changed += 1
                         if touch is not None and touch.touched:

@@ -105,3 +105,35 @@ def test_the_worklist_queues_readers_of_a_replaced_value_then_nodes_made(make_mo
         replace_value(g, nodes["e"].output, made.output)
     assert [n.op_type for n in work] == ["Relu", "Abs"]
     assert g.names.listeners == ()
+
+
+def test_once_settled_runs_only_where_the_rewrites_settled_and_its_edits_restart_them(
+        make_model):
+    """A ``once_settled`` rewrite (the pipeline's fusion again) runs after the others made no
+    edit in a sweep; what it edits sets them going again, heard by the same log."""
+    model = _model(make_model)
+    order, done = [], []
+
+    def negs(m):
+        result = drop_one_double_negation(m)
+        order.append(("neg", result.changed))
+        return result
+
+    def relu_to_neg_pair(m):
+        """Once: Relu(v) -> Relu(Neg(Neg(v))), work for ``negs`` again."""
+        order.append(("late", len(order)))
+        g = m.graph
+        relu = next(n for n in g if n.op_type == "Relu")
+        if done:
+            return PassResult(0)
+        done.append(1)
+        a = g.make_node("Neg", [relu.inputs[0]], before=relu)
+        b = g.make_node("Neg", [a.output], before=relu)
+        g.set_input(relu, 0, b.output)
+        return PassResult(1)
+
+    results = run_to_fixed_point(model, [("neg", negs)], once_settled=[("late", relu_to_neg_pair)])
+    assert results == {"neg": PassResult(3), "late": PassResult(1)}
+    assert order == [("neg", 1), ("neg", 1), ("neg", 0), ("late", 3), ("neg", 1), ("neg", 0),
+                     ("late", 6)]
+    assert [n.op_type for n in model.graph] == ["Neg", "Relu"]
