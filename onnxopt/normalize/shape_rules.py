@@ -204,9 +204,11 @@ def concat(node: Node):
     out[axis] = total
     for i in range(rank):
         if i != axis:
-            for s in shapes[1:]:
-                out[i] = out[i] if sd.same(out[i], s[i]) or s[i] is None else (
-                    s[i] if out[i] is None else out[i])
+            # every input has the same dim off the axis (ORT refuses the node otherwise): a
+            # number any of them proves is the dim (a Loop-carried cache, declared
+            # [.., 'kc_dim_3'], concatenated with new keys [.., 8] has head size 8)
+            known = [s[i] for s in shapes if s[i] is not None]
+            out[i] = next((d for d in known if isinstance(d, int)), known[0] if known else None)
     return [(dtype, tuple(out))]
 
 
