@@ -35,6 +35,7 @@ def test_speech_encoder_attention_and_group_norm_fuse_and_compute_the_same(model
     fusion = result.report.stages["fuse"]
     assert fusion.count("attention") == result.report.nodes_before["Softmax"] == 2
     assert fusion.count("group_norm") == result.report.nodes_before["InstanceNormalization"] == 1
+    assert fusion.count("gelu") == 5  # the front end's two, the positional conv's, two MLPs
     for family in ("attention", "group_norm", "layer_norm", "gelu"):
         assert fusion.count(family, "refused") == 0, fusion.summary().get(family)
     assert result.report.stages["exactness"].to_json()["refused"] == {}
