@@ -8,6 +8,10 @@ A sum or difference of plain symbols and numbers — a key/value cache concatena
 the new keys, ``past + seq``; the new positions sliced off a mask, ``total - past`` — is
 one symbol of its own, ``"(past+seq)"``, ``"(total-past)"`` (terms sorted, pairs that
 cancel dropped), so two tensors built the same way have provably equal lengths.
+A floor division of a plain symbol by a positive number is a symbol too, ``"samples//10"``
+(nested ones merge, ``(x//5)//2 = x//10``): the frame count a strided convolution derives
+from the audio length, which an exporter may also compute itself (``samples // 10 - 1``), so
+both spellings land on one symbol.
 """
 
 from __future__ import annotations
@@ -93,6 +97,44 @@ def div(a: Dim, b: Dim) -> Dim:
     return from_monomial((ma[0] // mb[0], tuple(factors)))
 
 
+FLOOR = "//"
+
+
+def floordiv(a: Dim, s: int) -> Dim:
+    """``floor(a / s)`` for a dim ``a`` (never negative) and a number ``s >= 1``, where it can be
+    written: a number; an exact division; a plain symbol (``"x//s"``); a sum of one symbol and a
+    multiple of ``s``, ``floor((x + k·s) / s) = floor(x / s) + k``. Else None (unknown)."""
+    if a is None or not isinstance(s, int) or s < 1:
+        return None
+    if isinstance(a, int):
+        return a // s
+    if s == 1:
+        return a
+    exact = div(a, s)
+    if exact is not None:
+        return exact
+    terms = _terms(a)
+    if terms is None:
+        return None
+    symbols = [(sign, t) for sign, t in terms if not isinstance(t, int)]
+    number = sum(sign * t for sign, t in terms if isinstance(t, int))
+    if len(symbols) != 1 or symbols[0][0] != 1 or number % s:
+        return None
+    return add(_floor_symbol(symbols[0][1], s), number // s)
+
+
+def _floor_symbol(x: str, s: int) -> str:
+    if FLOOR in x:
+        inner, k = x.rsplit(FLOOR, 1)
+        return f"{inner}{FLOOR}{int(k) * s}"
+    return f"{x}{FLOOR}{s}"
+
+
+def is_floor_symbol(d: Dim) -> bool:
+    """A ``"x//s"`` symbol: a value computed from ``x``, not a size of its own."""
+    return isinstance(d, str) and FLOOR in d and not any(c in d for c in "()*+")
+
+
 def add(a: Dim, b: Dim) -> Dim:
     if isinstance(a, int) and isinstance(b, int):
         return a + b
@@ -165,7 +207,11 @@ def evaluate(d: Dim, sizes: dict, default: int = 1) -> int | None:
         return sum(sign * evaluate(t, sizes, default) for sign, t in terms)
     coef, factors = to_monomial(d)
     for f in factors:
-        coef *= sizes.get(f, default)
+        if FLOOR in f:
+            inner, k = f.rsplit(FLOOR, 1)
+            coef *= evaluate(inner, sizes, default) // int(k)
+        else:
+            coef *= sizes.get(f, default)
     return coef
 
 

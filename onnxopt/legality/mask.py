@@ -36,7 +36,7 @@ from onnxopt import evaluation, ort_helper
 from onnxopt.ir.dtypes import numpy_dtype
 from onnxopt.ir.model import Model
 from onnxopt.ir.node import OPAQUE_OP
-from onnxopt.ir.symdim import evaluate
+from onnxopt.ir.symdim import evaluate, is_floor_symbol
 from onnxopt.ir.value import Value
 from onnxopt.isolation import NativeCrash
 from onnxopt.legality.probe_lengths import first_evaluable
@@ -375,7 +375,7 @@ def _symbols(inputs: list[_Fed], batch: int, seq: int) -> dict:
     sizes: dict = {}
     for v in sorted(inputs, key=lambda v: len(v.shape or ()) < 2):
         for k, d in enumerate(v.shape or ()):
-            if isinstance(d, str) and "*" not in d and d not in sizes:
+            if isinstance(d, str) and "*" not in d and not is_floor_symbol(d) and d not in sizes:
                 sizes[d] = batch if k == 0 and len(v.shape) >= 2 else seq
     return sizes
 

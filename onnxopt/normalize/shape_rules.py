@@ -204,9 +204,11 @@ def concat(node: Node):
     out[axis] = total
     for i in range(rank):
         if i != axis:
-            for s in shapes[1:]:
-                out[i] = out[i] if sd.same(out[i], s[i]) or s[i] is None else (
-                    s[i] if out[i] is None else out[i])
+            # every input has the same dim off the axis (ORT refuses the node otherwise): a
+            # number any of them proves is the dim (a Loop-carried cache, declared
+            # [.., 'kc_dim_3'], concatenated with new keys [.., 8] has head size 8)
+            known = [s[i] for s in shapes if s[i] is not None]
+            out[i] = next((d for d in known if isinstance(d, int)), known[0] if known else None)
     return [(dtype, tuple(out))]
 
 
@@ -257,8 +259,13 @@ def _sliced_dim(d, start, end, step):
         if step == 0:
             return None
         return len(range(*ort_slice(d, start, end, step).indices(d)))
+    if step == -1 and _reverses_all(start, end):
+        return d  # x[::-1], a flip (a reversed cumulative sum): every element, backwards
     if step != 1:
         return None
+    if start == 0 and isinstance(end, int) and -2**62 < end < 0:
+        # x[:-k] (a "same" convolution's one extra frame dropped): valid models have d >= k
+        return sd.add(d, end)
     if isinstance(start, str) and isinstance(end, int) and end >= 2**62:
         # x[past:] (new positions after a cache): valid models have past <= d
         return sd.sub(d, start)
@@ -270,6 +277,12 @@ def _sliced_dim(d, start, end, step):
         # x[0:n] with a symbolic n: the model is valid only if n <= d, so the result has n rows
         return end
     return None
+
+
+def _reverses_all(start, end) -> bool:
+    """A step of -1 from the last element (start -1, or one clamped to it) past the first."""
+    return (isinstance(start, int) and (start == -1 or start >= 2**62)
+            and isinstance(end, int) and end <= -2**62)
 
 
 def _syms(v: Value | None):
@@ -372,6 +385,49 @@ def flatten(node: Node):
     return [(_x(node).dtype, (sd.product(s[:axis]), sd.product(s[axis:])))]
 
 
+def conv(node: Node):
+    """``[N, M, out...]``: the batch of the input, M filters (the weight's first dim), and each
+    spatial dim by ONNX's formula, ``(d + pads - dilation·(k-1) - 1) / stride + 1`` rounded
+    down. A symbolic ``d`` gives a symbolic answer where :func:`symdim.floordiv` can write it:
+    at stride 1 ``d + c`` (a "same" convolution keeps the length a mask was built for), and a
+    strided one over a plain symbol (``samples//5 - 1``: the frames of a speech front end,
+    which the model's own length arithmetic computes too); else a dim of its own (a fresh
+    symbol later), but batch and channels stay proved."""
+    x, w = _shape(node), _shape(node, 1)
+    dtype = _x(node).dtype
+    if x is None or w is None or len(x) != len(w) or len(x) < 3:
+        return [(dtype, None)]
+    n = len(x) - 2
+    kernel = node.attr("kernel_shape") or w[2:]
+    strides = node.attr("strides") or (1,) * n
+    dilations = node.attr("dilations") or (1,) * n
+    pads = node.attr("pads") or (0,) * (2 * n)
+    auto_pad = node.attr("auto_pad", "NOTSET")
+    auto_pad = auto_pad.decode() if isinstance(auto_pad, bytes) else auto_pad
+    if not (len(kernel) == len(strides) == len(dilations) == n and len(pads) == 2 * n):
+        return [(dtype, None)]
+    out = [x[0], w[0]]
+    for i in range(n):
+        d, k, s, dil = x[2 + i], kernel[i], strides[i], dilations[i]
+        if not isinstance(k, int) or not isinstance(s, int) or s < 1:
+            out.append(None)
+        elif auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+            out.append(-(-d // s) if isinstance(d, int) else (d if s == 1 else None))
+        else:
+            lost = dil * (k - 1) + 1 - (0 if auto_pad == "VALID" else pads[i] + pads[n + i])
+            if isinstance(d, int):
+                out.append((d - lost) // s + 1 if d >= lost else None)
+            else:
+                out.append(sd.add(sd.floordiv(sd.sub(d, lost), s), 1))
+    return [(dtype, tuple(out))]
+
+
+def conv_integer(node: Node):
+    """Conv's shape over quantized operands; the accumulator is int32."""
+    (_, shape), = conv(node)
+    return [("int32", shape)]
+
+
 def tile(node: Node):
     s, reps = _shape(node), _x(node, 1)
     if s is None or reps.sym is None:
@@ -387,7 +443,7 @@ RULES.update({
     "Expand": expand, "Concat": concat, "Shape": shape_op, "Gather": gather, "GatherND": gather_nd,
     "Slice": slice_op,
     "ConstantOfShape": constant_of_shape, "Flatten": flatten, "Tile": tile, "Range": range_op,
-    "Split": split, "MatMulInteger": matmul_integer, "DynamicQuantizeLinear": dynamic_quantize,
+    "Split": split, "Conv": conv, "ConvInteger": conv_integer, "MatMulInteger": matmul_integer, "DynamicQuantizeLinear": dynamic_quantize,
     "QuantizeLinear": quantize, "DequantizeLinear": dequantize, "GatherElements": like_indices, "ScatterND": like_data,
     "ScatterElements": like_data, "NonZero": nonzero,
     "ReduceMean": reduce, "ReduceSum": reduce, "ReduceMax": reduce, "ReduceMin": reduce,
@@ -452,7 +508,16 @@ def _int_div(a, b):
     if isinstance(a, int) and isinstance(b, int) and b:
         q = abs(a) // abs(b)
         return q if (a >= 0) == (b >= 0) else -q
-    return sd.div(a, b)
+    exact = sd.div(a, b)
+    if exact is None and isinstance(b, int) and b > 0 and _plain_symbol(a):
+        # a dim is never negative: integer Div truncates it as floor does
+        return sd.floordiv(a, b)
+    return exact
+
+
+def _plain_symbol(d) -> bool:
+    """A dim's own symbol or a floor of one (never negative), not a sum or product."""
+    return isinstance(d, str) and not any(c in d for c in "()*+-")
 
 
 def _eq(a, b):

@@ -13,6 +13,7 @@ from onnxopt.rules.base import Rule
 from onnxopt.rules.gelu import Gelu
 from onnxopt.rules.group_norm import GroupNorm, GroupNormOp, GroupNormPerChannel, GroupNormSilu
 from onnxopt.rules.layer_norm import LayerNorm, LayerNormOp
+from onnxopt.rules.quantized_attention import QuantizedAttention
 from onnxopt.rules.rms_norm import RMSNorm
 from onnxopt.rules.rotary import Rotary
 from onnxopt.rules.silu import Silu
@@ -25,6 +26,7 @@ def all_rules() -> list[Rule]:
     return [
         Attention(),
         SingleQueryAttention(),
+        QuantizedAttention(),
         LayerNormOp(), LayerNorm(),
         RMSNorm(),
         GroupNormOp(), GroupNorm(),

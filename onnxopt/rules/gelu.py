@@ -7,7 +7,9 @@ The exact (erf) GELU of BERT, ViT and RoBERTa, and the tanh approximation
 ``x/√2`` is ``x·(1/√2)`` and constants are the second operand; what still
 varies is where the factor 0.5 sits:
 ``(x·0.5)·(1+…)``, ``x·((1+…)·0.5)`` or ``(x·(1+…))·0.5`` (exact in any order,
-so all three are the same function). The constants are compared with a
+so all three are the same function), or ``Transpose(x·(1+…))·0.5`` where the 0.5 was moved
+past a layout op (a speech front end's conv, then its channels moved last): the
+Transpose is written again after the fused op. The constants are compared with a
 tolerance loose enough for float16 models.
 
 A bias ``Add(x, b)`` (b a per-feature constant) just before the activation is
@@ -58,7 +60,12 @@ def _half_placements(p: Builder, t, curve):
     half = p.const(value=0.5)
     return (p.Mul(p.Mul(t, half), curve, name="gelu"),
             p.Mul(t, p.Mul(curve, half), name="gelu"),
-            p.Mul(p.Mul(t, curve), half, name="gelu"))
+            p.Mul(p.Mul(t, curve), half, name="gelu"),
+            # a GELU before a Transpose (a conv's channels moved last): normalize's
+            # scale_through_layout moves the 0.5 past it, which is exact; the Transpose is
+            # given back after the fused op
+            p.Mul(p.Transpose(p.Mul(t, curve), name="layout", reads=("perm",)), half,
+                  name="gelu"))
 
 
 def _tanh_argument(p: Builder, x, one):
@@ -101,9 +108,13 @@ class Gelu(Rule):
     def rewrite(self, b: NodeBuilder, m: Match, facts: GeluFacts):
         attrs = GeluAttrs(approximate="tanh" if m.tanh is not None else "none")
         if facts.bias is None:
-            return b.fused("GeluFused", m.x, attrs=attrs)
-        x, bias, _ = facts.bias
-        return b.fused("GeluFused", x, bias, attrs=attrs)
+            out = b.fused("GeluFused", m.x, attrs=attrs)
+        else:
+            x, bias, _ = facts.bias
+            out = b.fused("GeluFused", x, bias, attrs=attrs)
+        if m.layout is not None:
+            out = b.op("Transpose", out, perm=list(m.layout.attr("perm")))
+        return out
 
     def describe(self, m: Match, facts: GeluFacts) -> str:
         kind = "tanh approximation" if m.tanh is not None else "erf"

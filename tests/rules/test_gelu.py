@@ -126,3 +126,16 @@ def test_no_partial_match_is_left_inside_a_fused_gelu(make_model):
     report = fuse_and_settle(model, options, run_target(options, model.opset))
     assert report.count("gelu") == 1
     assert [r for r in report.regions if r.status == "partial"] == []
+
+
+def test_gelu_whose_half_was_moved_past_a_transpose(fuse_text, optimize_text):
+    """A conv's GELU, then its channels moved last (wav2vec2's TorchScript export): the 0.5 is
+    moved past the Transpose by normalization; the fused op is followed by the Transpose."""
+    body = ERF + "m = Mul (x, a)\n t = Transpose <perm = [0, 2, 1]> (m)\n y = Mul (t, half)"
+    text = graph(body, outputs="float[batch, 8, seq] y")
+    fused = fuse_text(text, [Gelu()])
+    node = _one(fused)
+    assert [v.name for v in node.inputs] == ["x"]
+    assert sorted(fused.ops) == ["GeluFused", "Transpose"]
+    _result, report = optimize_text(text)
+    assert report.ok, report.to_json()

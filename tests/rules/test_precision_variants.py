@@ -67,11 +67,6 @@ FEWER_FUSED = {
     # that no longer swamps the scores, so it stays a Where (normalize/where_to_additive needs
     # <= -1e30) and attention is refused; as an additive mask it would change fully masked rows.
     ("deberta_v2", "to_float16"): "masked_fill clamped to -10000 is not an additive mask",
-    # The converter drops the exporter's value_info; onnxopt's own inference then gives the
-    # frame count the conv front end derives from the audio length a fresh symbol per Reshape,
-    # and K's and V's key counts are not proven equal (a shape-inference matter).
-    ("wav2vec2", "to_float16"): "frame counts of K and V not proven equal without value_info",
-    ("hubert", "to_float16"): "frame counts of K and V not proven equal without value_info",
 }
 
 

@@ -34,7 +34,8 @@ def test_every_rule_has_a_name_of_its_own():
     spellings = {r.name: r.family for r in all_rules() if r.name != r.family}
     assert spellings == {"layer_norm_op": "layer_norm", "group_norm_op": "group_norm",
                          "group_norm_per_channel": "group_norm",
-                         "single_query_attention": "attention"}
+                         "single_query_attention": "attention",
+                         "quantized_attention": "attention"}
 
 
 def test_a_family_switches_every_spelling():

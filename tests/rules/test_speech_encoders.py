@@ -1,6 +1,10 @@
-"""Speech encoders (wav2vec2, HuBERT; dynamo exports): every attention block fuses although the
+"""Speech encoders (wav2vec2, HuBERT; both exporters): every attention block fuses although the
 mask's length is the frame count the conv front end derives from the audio length, and the
-feature extractor's GroupNorm with one group per channel fuses; outputs equal the original."""
+feature extractor's GroupNorm with one group per channel fuses; outputs equal the original.
+
+The TorchScript exports carry no shapes for the frame axis: shape inference proves it through
+the convolutions (batch and channels; a "same" convolution keeps the length) and the mask's
+flips (``Slice`` with step -1), so Q's, K's and V's frame counts are one symbol."""
 
 from __future__ import annotations
 
@@ -12,7 +16,7 @@ from onnxopt.options import OptimizeOptions
 from onnxopt.pipeline import run_pipeline
 from onnxopt.verification import verify_models
 
-MODELS = ["wav2vec2.dynamo", "hubert.dynamo"]
+MODELS = ["wav2vec2.dynamo", "hubert.dynamo", "wav2vec2.ts", "hubert.ts"]
 
 
 def _audio(batch: int, samples: int, seed: int) -> dict:
@@ -31,6 +35,7 @@ def test_speech_encoder_attention_and_group_norm_fuse_and_compute_the_same(model
     fusion = result.report.stages["fuse"]
     assert fusion.count("attention") == result.report.nodes_before["Softmax"] == 2
     assert fusion.count("group_norm") == result.report.nodes_before["InstanceNormalization"] == 1
+    assert fusion.count("gelu") == 5  # the front end's two, the positional conv's, two MLPs
     for family in ("attention", "group_norm", "layer_norm", "gelu"):
         assert fusion.count(family, "refused") == 0, fusion.summary().get(family)
     assert result.report.stages["exactness"].to_json()["refused"] == {}
