@@ -102,6 +102,7 @@ class VerifyReport:
     # Why the decode-step run (one query, where the optimized model switches kernels by query
     # length) did not happen; None: it did, or nothing switches so.
     decode_run_skipped: str | None = None
+    decode_run: int | None = None  # the index in ``runs`` of the decode-step run
     inputs_from: list[str] | None = None  # the user's input files (None: generated inputs)
     # The optimized model failed on an input the original runs on: a mismatch like any other.
     fails: str | None = None
@@ -133,6 +134,9 @@ class VerifyReport:
                   if not o.compared]
         if self.runs and self.compared_runs < len(self.runs):
             lines.append(f"compared on {self.compared_runs} of {len(self.runs)} runs")
+        if self.decode_run is not None:
+            lines.append(f"run {self.decode_run + 1} is a decode step (one query after a "
+                         f"cache): it takes the decode kernels of the query-length switch")
         if self.decode_run_skipped:
             lines.append(f"decode-step run skipped (its kernels not compared): "
                          f"{self.decode_run_skipped}")
@@ -241,6 +245,7 @@ def _verify(original: str | ModelProto, optimized: str | ModelProto, call, optio
         found = _original_runs(original, options["providers"], folder, job, call, report)
         report.long_run_skipped = report.long_run_skipped or found.long_run_skipped
         report.decode_run_skipped = found.decode_run_skipped
+        report.decode_run = found.decode_run
         if options["save_inputs"]:
             report.saved_inputs = save_input_files(options["save_inputs"], [
                 folder.read(folder.file(k, "feeds")) for k in range(len(found.shapes))])

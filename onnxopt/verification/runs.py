@@ -75,6 +75,7 @@ class OriginalRuns:
     shapes: list[dict[str, tuple[int, ...]]]
     long_run_skipped: str | None = None
     decode_run_skipped: str | None = None
+    decode_run: int | None = None  # which run is the decode step
 
 
 class WorkFolder:
@@ -217,7 +218,8 @@ def _decode_run(sess, proto: ModelProto, job: OriginalJob, folder: WorkFolder,
             refused += 1
             first_error = first_error or evaluation.first_line(e)
             continue
-        _record(folder, len(found.shapes), found, feeds, out)
+        found.decode_run = len(found.shapes)
+        _record(folder, found.decode_run, found, feeds, out)
         return refused
     found.decode_run_skipped = why or (f"the original runs on none of the sizes tried for a "
                                        f"one-query step: {first_error}")
