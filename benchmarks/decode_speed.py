@@ -20,7 +20,14 @@ weights, seeded, perturbed as in ``cpu_speed.py``) with ``models/export.py``'s
 - ``onnxscript``: ``onnxscript.rewriter.ort_fusions.optimize_for_ort``;
 - ``onnxopt``: ``onnxopt optimize --target cpu`` (this checkout);
 - ``onnxopt-tune``: the same with ``--tune`` (``--tune``);
-- ``baseline``: the same from another checkout (``--baseline``), e.g. before a change.
+- ``baseline``: the same from another checkout (``--baseline``), e.g. before a change;
+- ``original-again``: a second session of the original (``--control``), timed like the
+  others: its speed (1.0 but for noise) is how far the machine's load moves a ratio, the
+  floor below which a variant's difference from the original means nothing.
+
+``--stage if-cost`` times what an ``If`` costs ONNX Runtime per run (one per attention block
+where selection switches kernels by query length): a chain of Softmax nodes with and without
+an ``If`` around each.
 
 Cells (batch, new tokens, past): decode 1x1 past 127, 1x1 past 1023, 4x1 past 511, 1x1 past
 4095, and a 128-token prefill (1x128, past 0). Every cell runs the variants interleaved
@@ -59,6 +66,7 @@ CELLS = {"decode_b1_p127": (1, 1, 127), "decode_b1_p1023": (1, 1, 1023),
          "decode_b4_p511": (4, 1, 511), "decode_b1_p4095": (1, 1, 4095),
          "prefill_b1_s128": (1, 128, 0)}
 VARIANTS = ("original", "ort-opt", "onnxscript", "onnxopt")
+CONTROL = "original-again"
 
 
 def _variant_path(src: Path, variant: str) -> Path:
@@ -168,8 +176,9 @@ def time_model(files: dict[str, Path], cells: list[str], runs: int, warmup: int,
             print(f"    {variant}: no file", flush=True)
             del files[variant]
             continue
-        unique[variant] = digests.setdefault(hashlib.sha256(path.read_bytes()).hexdigest(),
-                                             variant)
+        # The control is the original's file in a session of its own: never merged with it.
+        digest = variant if variant == CONTROL else hashlib.sha256(path.read_bytes()).hexdigest()
+        unique[variant] = digests.setdefault(digest, variant)
     timed = [v for v in files if unique[v] == v]
     for v in list(timed):
         try:
@@ -232,9 +241,59 @@ def time_model(files: dict[str, Path], cells: list[str], runs: int, warmup: int,
     return out
 
 
+def stage_if_cost(runs: int, blocks: int = 4, keys: int = 1024) -> None:
+    """What an ``If`` costs per run: ``blocks`` Softmax nodes over ``[batch, 8, seq, keys]``
+    (symbolic batch and seq, as in a decoder: ORT cannot fold the condition away) in a chain,
+    bare and each inside an ``If`` on the query count; interleaved, ``runs`` x 100 rounds."""
+    import numpy as np
+    from onnx import TensorProto, helper
+
+    def model(switched: bool) -> bytes:
+        nodes = [helper.make_node("Shape", ["x"], ["shape"]),
+                 helper.make_node("Gather", ["shape", "axis"], ["queries"], axis=0),
+                 helper.make_node("Less", ["queries", "two"], ["few"])]
+        x = "x"
+        for k in range(blocks):
+            if switched:
+                branches = {f"{side}_branch": helper.make_graph(
+                    [helper.make_node("Softmax", [x], [f"{side}{k}"], axis=-1)], f"{side}{k}",
+                    [], [helper.make_tensor_value_info(f"{side}{k}", TensorProto.FLOAT, None)])
+                    for side in ("then", "else")}
+                nodes.append(helper.make_node("If", ["few"], [f"y{k}"], **branches))
+            else:
+                nodes.append(helper.make_node("Softmax", [x], [f"y{k}"], axis=-1))
+            x = f"y{k}"
+        graph = helper.make_graph(
+            nodes, "chain",
+            [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 8, "seq", keys])],
+            [helper.make_tensor_value_info(x, TensorProto.FLOAT, None)],
+            [helper.make_tensor("axis", TensorProto.INT64, [1], [2]),
+             helper.make_tensor("two", TensorProto.INT64, [1], [2])])
+        proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+        proto.ir_version = 9
+        return proto.SerializeToString()
+
+    WORK.mkdir(parents=True, exist_ok=True)
+    sessions = []
+    for switched in (False, True):
+        path = WORK / f"if_cost.{'if' if switched else 'bare'}.onnx"
+        path.write_bytes(model(switched))
+        sessions.append(session(path))
+    feeds = {"x": np.random.default_rng(0).random((1, 8, 1, keys), dtype=np.float32)}
+    times = [[], []]
+    for r in range(runs * 100):
+        for k in (r % 2, 1 - r % 2):
+            start = time.perf_counter()
+            sessions[k].run(None, feeds)
+            times[k].append(time.perf_counter() - start)
+    bare, switched = (statistics.median(t) * 1e6 for t in times)
+    print(f"{blocks} Softmax over [1, 8, 1, {keys}]: bare {bare:.1f} us, each in an If "
+          f"{switched:.1f} us: {(switched - bare) / blocks:.2f} us per If")
+
+
 def table(results: dict, cells: list[str]) -> str:
     present = {v for per in results.values() for row in per.values() for v in row["ms"]}
-    variants = [v for v in (*VARIANTS, "onnxopt-tune", "baseline")
+    variants = [v for v in (*VARIANTS, "onnxopt-tune", "baseline", CONTROL)
                 if v != "original" and v in present]
     lines = ["| model | cell | original ms | " + " | ".join(variants) + " | onnxopt max rel err |",
              "|---|---|---:|" + "---:|" * len(variants) + "---:|"]
@@ -266,7 +325,8 @@ def table(results: dict, cells: list[str]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    ap.add_argument("--stage", choices=["export", "anchors"], help=argparse.SUPPRESS)
+    ap.add_argument("--stage", choices=["export", "anchors", "if-cost"],
+                    help="if-cost: time an If around a node (the rest: internal)")
     ap.add_argument("--paths", nargs="*", default=[], help=argparse.SUPPRESS)
     ap.add_argument("--models", default=",".join(MODELS))
     ap.add_argument("--exporters", default="ts,dynamo")
@@ -280,6 +340,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tune", action="store_true",
                     help="also onnxopt --tune ('onnxopt-tune'; cache in benchmarks/_work/"
                          "decode_speed/tuning.json, reused)")
+    ap.add_argument("--control", action="store_true",
+                    help="also time a second session of the original ('original-again')")
     ap.add_argument("--json", default=str(WORK / "results.json"))
     args = ap.parse_args(argv)
     names = [n for n in args.models.split(",") if n]
@@ -289,6 +351,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.stage == "anchors":
         stage_anchors(args.paths)
+        return 0
+    if args.stage == "if-cost":
+        stage_if_cost(args.runs)
         return 0
     cells = [c for c in args.cells.split(",") if c]
     WORK.mkdir(parents=True, exist_ok=True)
@@ -316,6 +381,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"timing {name} ...", flush=True)
         more = (["baseline"] if args.baseline else []) + (["onnxopt-tune"] if args.tune else [])
         files = {v: _variant_path(src, v) for v in (*VARIANTS, *more)}
+        if args.control:
+            files[CONTROL] = src
         results[name] = time_model(files, cells, args.runs, args.warmup, args.trials)
     md = table(results, cells)
     print()

@@ -16,6 +16,7 @@ from __future__ import annotations
 import numpy as np
 from onnx import AttributeProto
 
+from onnxopt.ir import symdim as sd
 from onnxopt.ir.builder import NodeBuilder
 from onnxopt.ir.edit import remove_if_dead, replace_value
 from onnxopt.ir.graph import Graph
@@ -67,6 +68,11 @@ def bind_by_queries(model: Model, node: Node, few: Kernel, many: Kernel, target:
     if_node.metadata.update({**kernel_metadata(many), "onnxopt.kernel": f"{few.name} "
                              f"(queries <= {max_queries}) | {many.name}",
                              "onnxopt.switch_queries": str(max_queries)})
+    # And the query length in the inputs' symbols (``seq``, ``(total-past)``), so that the
+    # check knows which sizes make a run take the few-queries branch.
+    if isinstance(q.shape[-2], str) and not sd.is_fresh(q.shape[-2]) \
+            and not sd.is_unknown_symbol(q.shape[-2]):
+        if_node.metadata["onnxopt.switch_query_dim"] = q.shape[-2]
     for (sub, copy), kernel in zip(branches, (few, many)):
         sub.parent = if_node
         bind(model, copy, kernel, target)

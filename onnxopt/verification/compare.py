@@ -4,7 +4,9 @@ Both models run in ONNX Runtime (CPU, one thread, so runs are repeatable), one a
 other (:mod:`.runs`: never both sessions at once), on several size sets, then — where the
 optimized model holds a kernel that switches plans with the sequence length (causal
 attention in query blocks) — once more at a long sequence (``LONG_SEQUENCE``) so that it
-takes its other path, when the original model accepts that length. For each output the
+takes its other path, when the original model accepts that length — and where it chooses
+kernels by query length (a decode step's and a prefill's), once at one query after a cache
+(:mod:`.decode_run`), so that the decode kernel is compared too. For each output the
 report gives the largest absolute error and the error relative to the output's magnitude;
 an output passes where, on every run, ``max |a - b| <= atol + rtol * max |a|`` (``a``: the
 original's output): a float32 output under rtol 1e-4, float16/bfloat16 under 2e-2, atol 0 by
@@ -26,6 +28,7 @@ from onnxopt import evaluation, ort_helper
 from onnxopt.errors import ModelError, UnverifiedError, UsageError
 from onnxopt.importer.load import map_model_file
 from onnxopt.isolation import NativeCrash
+from onnxopt.verification.decode_run import decode_step
 from onnxopt.verification.dims import graph_inputs, spatial_hints
 from onnxopt.verification.inputs import (
     LONG_SEQUENCE,
@@ -96,6 +99,10 @@ class VerifyReport:
     outputs: list[OutputDiff] = field(default_factory=list)
     runs: list[dict[str, tuple[int, ...]]] = field(default_factory=list)
     long_run_skipped: str | None = None  # why the long-sequence run did not happen
+    # Why the decode-step run (one query, where the optimized model switches kernels by query
+    # length) did not happen; None: it did, or nothing switches so.
+    decode_run_skipped: str | None = None
+    decode_run: int | None = None  # the index in ``runs`` of the decode-step run
     inputs_from: list[str] | None = None  # the user's input files (None: generated inputs)
     # The optimized model failed on an input the original runs on: a mismatch like any other.
     fails: str | None = None
@@ -127,6 +134,12 @@ class VerifyReport:
                   if not o.compared]
         if self.runs and self.compared_runs < len(self.runs):
             lines.append(f"compared on {self.compared_runs} of {len(self.runs)} runs")
+        if self.decode_run is not None:
+            lines.append(f"run {self.decode_run + 1} is a decode step (one query after a "
+                         f"cache): it takes the decode kernels of the query-length switch")
+        if self.decode_run_skipped:
+            lines.append(f"decode-step run skipped (its kernels not compared): "
+                         f"{self.decode_run_skipped}")
         if self.unverified:
             lines.append(f"not verified: {self.unverified}")
         if self.saved_inputs:
@@ -219,7 +232,8 @@ def _verify(original: str | ModelProto, optimized: str | ModelProto, call, optio
     job = OriginalJob(runs=options["runs"], seed=options["seed"],
                       given=len(options["inputs"] or ()), long_sequence=long_sequence,
                       pinned=pinned, overrides=overrides,
-                      sides=spatial_hints(ref_proto) or SPATIAL_SIZES, seeds=plan.seeds)
+                      sides=spatial_hints(ref_proto) or SPATIAL_SIZES, seeds=plan.seeds,
+                      decode=None if options["inputs"] else decode_step(opt_proto))
     compute = compute_tolerance(ref_proto)
     del ref_proto, opt_proto  # the children read the models themselves
     folder = WorkFolder(tempfile.mkdtemp(prefix="onnxopt-verify-"))
@@ -230,6 +244,8 @@ def _verify(original: str | ModelProto, optimized: str | ModelProto, call, optio
                 folder.write(folder.file(k, "given"), given)
         found = _original_runs(original, options["providers"], folder, job, call, report)
         report.long_run_skipped = report.long_run_skipped or found.long_run_skipped
+        report.decode_run_skipped = found.decode_run_skipped
+        report.decode_run = found.decode_run
         if options["save_inputs"]:
             report.saved_inputs = save_input_files(options["save_inputs"], [
                 folder.read(folder.file(k, "feeds")) for k in range(len(found.shapes))])

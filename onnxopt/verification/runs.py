@@ -27,7 +27,13 @@ from onnx import ModelProto
 from onnxopt import evaluation
 from onnxopt.errors import ModelError, UnverifiedError, UsageError
 from onnxopt.importer.load import map_model_file
-from onnxopt.verification.dims import SPATIAL, dim_roles
+from onnxopt.verification.decode_run import (
+    DECODE_BATCH,
+    DECODE_PAST,
+    DecodeStep,
+    decode_sizes,
+)
+from onnxopt.verification.dims import BATCH, OTHER, SPATIAL, dim_roles
 from onnxopt.verification.inputs import (
     LARGER_SIDES,
     LONGER_SIZES,
@@ -43,8 +49,9 @@ EXTERNAL_FOLDER = "session.model_external_initializers_file_folder_path"
 @dataclass(frozen=True)
 class OriginalJob:
     """What the original's run is asked: ``given`` input sets already in the folder (0: make
-    ``runs`` size sets, then one at ``long_sequence`` where that is not None), the sizes
-    ``--shape`` fixed, the image sides to try, and the seeds of its random nodes."""
+    ``runs`` size sets, then one at ``long_sequence`` where that is not None, then one decode
+    step where ``decode`` is not None), the sizes ``--shape`` fixed, the image sides to try,
+    and the seeds of its random nodes."""
 
     runs: int = 2
     seed: int = 0
@@ -54,17 +61,21 @@ class OriginalJob:
     overrides: dict[str, int] = field(default_factory=dict)
     sides: tuple[int, ...] = (32, 64)
     seeds: dict[Key, int] = field(default_factory=dict)
+    decode: DecodeStep | None = None
 
 
 @dataclass
 class OriginalRuns:
     """What the original's run found: its outputs and their ORT types, the shapes fed in each
-    run, and why the long-sequence run did not happen (None: it did, or was not asked for)."""
+    run, and why the long-sequence and decode-step runs did not happen (None: they did, or
+    were not asked for)."""
 
     outputs: list[str]
     types: list[str]
     shapes: list[dict[str, tuple[int, ...]]]
     long_run_skipped: str | None = None
+    decode_run_skipped: str | None = None
+    decode_run: int | None = None  # which run is the decode step
 
 
 class WorkFolder:
@@ -184,7 +195,35 @@ def _generated(sess, proto: ModelProto, job: OriginalJob, folder: WorkFolder,
                                       f"{job.long_sequence}: {feeds}")
         else:
             _record(folder, len(found.shapes), found, feeds, out)
+    if job.decode:
+        failed += _decode_run(sess, proto, job, folder, found)
     return failed
+
+
+def _decode_run(sess, proto: ModelProto, job: OriginalJob, folder: WorkFolder,
+                found: OriginalRuns) -> int:
+    """One decode step (:mod:`.decode_run`): the first sizes that make the query length 1
+    that the original runs on, recorded; the number of attempts it refused."""
+    assignments, why = decode_sizes(job.decode, length_symbols(proto), job.overrides)
+    sizes = {**size_sets(1, job.sides)[0], BATCH: DECODE_BATCH, OTHER: DECODE_PAST}
+    refused, first_error = 0, None
+    for lengths in assignments:
+        # flag True: a merged decoder's switch takes its cache branch.
+        feeds = make_inputs(proto, sizes, seed=job.seed + job.runs + 1,
+                            overrides={**job.overrides, **lengths}, pinned=job.pinned,
+                            flag=True)
+        try:
+            out = evaluation.run(sess, feeds)
+        except Exception as e:  # noqa: BLE001 - inconsistent sizes: try the next assignment
+            refused += 1
+            first_error = first_error or evaluation.first_line(e)
+            continue
+        found.decode_run = len(found.shapes)
+        _record(folder, found.decode_run, found, feeds, out)
+        return refused
+    found.decode_run_skipped = why or (f"the original runs on none of the sizes tried for a "
+                                       f"one-query step: {first_error}")
+    return refused
 
 
 def _record(folder: WorkFolder, k: int, found: OriginalRuns, feeds: dict, out: list) -> None:
