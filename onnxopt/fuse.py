@@ -298,6 +298,6 @@ def _apply(graph: Graph, rule: Rule, m: Match, facts: Facts | None, debug: bool
         for v in node.inputs:
             if v is not None:
                 sites.update(v.inexact)
-    if debug:
-        verify_graph(graph)
+    if debug:  # from the outermost graph: a body reads its enclosing graphs' values
+        verify_graph(graph.root())
     return frozenset(sites)

@@ -14,6 +14,7 @@ from onnx import AttributeProto
 import onnxopt
 from onnxopt.ir.node import Attr
 from onnxopt.normalize import driver
+from onnxopt.rewrite.driver import PassResult
 
 TEXT = """
 <ir_version: 8, opset_import: ["" : 17]>
@@ -25,17 +26,19 @@ g (float[2, 8] x) => (float[2, 8] y) {
 """
 
 
-def _poison_relu(model) -> int:
-    """A broken pass: gives every Relu an attribute ONNX Runtime refuses to load."""
+def _poison_relu(model) -> PassResult:
+    """A broken pass: gives every Relu an attribute ONNX Runtime refuses to load (an edit in
+    place, told to the graph as every pass tells it)."""
     changed = 0
     for node in model.graph:
         if node.op_type == "Relu" and "bogus" not in node.attrs:
             node.attrs["bogus"] = Attr(AttributeProto.INT, 1)
+            model.graph.changed(node)
             changed += 1
-    return changed
+    return PassResult(changed)
 
 
-def _crash(model) -> int:
+def _crash(model) -> PassResult:
     raise RuntimeError("a bug in a pass")
 
 

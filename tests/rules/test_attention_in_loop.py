@@ -127,3 +127,11 @@ def test_concat_takes_the_dim_one_input_proves(make_model):
     model = import_model(make_model(CARRIED))
     infer_shapes(model)
     assert model.graph.outputs[0].shape == ("b", 4, "(past+1)", 8)
+
+
+def test_the_debug_checks_see_the_loop_body_in_its_scope(loop_decoder):
+    """Under ``debug`` the IR is checked after each fusion; a fusion in a Loop body reads the
+    enclosing graph's values, which the check must see (it once said 'read before it is
+    defined' there)."""
+    result = run_pipeline(loop_decoder, OptimizeOptions(target="cpu", debug=True))
+    assert result.report.stages["fuse"].count("attention") == 2
