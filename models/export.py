@@ -168,7 +168,7 @@ def _llama(attn: str) -> nn.Module:
     return LlamaForCausalLM(cfg)
 
 
-def _mistral(attn: str) -> nn.Module:
+def _mistral(attn: str, sliding_window: int | None = None) -> nn.Module:
     from transformers import MistralConfig, MistralForCausalLM
 
     cfg = MistralConfig(
@@ -179,7 +179,7 @@ def _mistral(attn: str) -> nn.Module:
         num_key_value_heads=KV_HEADS,
         intermediate_size=INTERMEDIATE,
         max_position_embeddings=MAX_POS,
-        sliding_window=None,
+        sliding_window=sliding_window,
         use_cache=False,
         tie_word_embeddings=False,
     )
@@ -510,22 +510,7 @@ SLIDING_WINDOW = 6
 
 
 def _mistral_sliding(attn: str) -> nn.Module:
-    from transformers import MistralConfig, MistralForCausalLM
-
-    cfg = MistralConfig(
-        vocab_size=VOCAB,
-        hidden_size=HIDDEN,
-        num_hidden_layers=LAYERS,
-        num_attention_heads=HEADS,
-        num_key_value_heads=KV_HEADS,
-        intermediate_size=INTERMEDIATE,
-        max_position_embeddings=MAX_POS,
-        sliding_window=SLIDING_WINDOW,
-        use_cache=False,
-        tie_word_embeddings=False,
-    )
-    cfg._attn_implementation = attn
-    return MistralForCausalLM(cfg)
+    return _mistral(attn, SLIDING_WINDOW)
 
 
 SPECS["mistral_sw"] = Spec("mistral_sw", _mistral_sliding, "MistralForCausalLM", "sdpa", "text",

@@ -293,16 +293,20 @@ class GroupNormOp(Rule):
                                f"{arr.size} numbers, neither one per group ({groups}) nor one "
                                f"per channel ({channels})", f"%{value.name}")
             vectors.append(arr)
-        gamma, beta = vectors
-        return GroupNormFacts(groups=groups, epsilon=float(m.gn.attr("epsilon", 1e-5)),
-                              gamma=None if np.all(gamma == 1.0) else gamma,
-                              beta=None if np.all(beta == 0.0) else beta)
+        return _facts(groups, float(m.gn.attr("epsilon", 1e-5)), *vectors)
 
     def rewrite(self, b: NodeBuilder, m: Match, facts: GroupNormFacts):
         return emit_group_norm(b, m.x, facts)
 
     def describe(self, m: Match, facts: GroupNormFacts) -> str:
         return f"GroupNormalization, {facts.groups} groups, epsilon {facts.epsilon:g}"
+
+
+def _facts(groups: int, epsilon: float, gamma: np.ndarray, beta: np.ndarray) -> GroupNormFacts:
+    """The facts of a group norm; a scale of ones or a shift of zeros is left out."""
+    return GroupNormFacts(groups=groups, epsilon=epsilon,
+                          gamma=None if np.all(gamma == 1.0) else gamma,
+                          beta=None if np.all(beta == 0.0) else beta)
 
 
 def _not_reshaped_back(node: Node) -> Refusal | None:
@@ -349,10 +353,7 @@ class GroupNormPerChannel(Rule):
                                f"{list(arr.shape)}, not one number per channel of "
                                f"{_shape(x.shape)}", f"%{value.name}")
             vectors.append(arr.astype(np.float64))
-        gamma, beta = vectors
-        return GroupNormFacts(groups=channels, epsilon=float(m.inorm.attr("epsilon", 1e-5)),
-                              gamma=None if np.all(gamma == 1.0) else gamma,
-                              beta=None if np.all(beta == 0.0) else beta)
+        return _facts(channels, float(m.inorm.attr("epsilon", 1e-5)), *vectors)
 
     def rewrite(self, b: NodeBuilder, m: Match, facts: GroupNormFacts):
         return emit_group_norm(b, m.x, facts)
