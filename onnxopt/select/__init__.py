@@ -109,10 +109,10 @@ def _select_in(node, legal: list[Kernel], target: Target, registry: list[Kernel]
     costs = cost_model.estimates(legal, node, target, binding)
     if tuner is not None and len(legal) > 1 and (
             timed := tuner.times(node, legal, binding, regime)):
-        timings, failed, sig = timed
+        timings, failed, sig, confirming = timed
         untuned = select_kernel(node, target, registry, costs, model_opset=model.opset,
                                 failed=failed)
-        selection = tuning.tuned_selection(untuned, legal, timings)
+        selection = tuning.tuned_selection(untuned, legal, timings, confirming)
         selection.signature = sig
         return selection
     return select_kernel(node, target, registry, costs, model_opset=model.opset)
@@ -205,16 +205,14 @@ class _Tuner:
         if missing and not self.measure_missing:
             return None
         if missing:
-            # Time the whole candidate set together (interleaved), so numbers are comparable.
-            times, failed = tuning.measure(self.model, node, legal, self.target, binding)
-            if times and long_seq:
-                longer = workload.binding(self.model, dataclasses.replace(regime, seq=long_seq),
-                                          workload.query_symbols([node]))
-                times, failed = _both_lengths(times, failed, *tuning.measure(
-                    self.model, node, legal, self.target, longer))
+            times, failed = self._measure(node, legal, binding, regime, long_seq)
             if not times:  # the provider is not on this machine, or nothing ran: no decision
                 return None
-            self.cache.put(key, times, failed, runs=len(times))
+            # A second, independent measurement that a tuned choice must agree with
+            # (tuning.tuned_selection).
+            confirming, failed_again = self._measure(node, legal, binding, regime, long_seq)
+            failed = {**failed, **failed_again}
+            self.cache.put(key, times, failed, runs=len(times), confirming=confirming)
             self.timed += 1
             entry = self.cache.get(key)
         names = {k.name for k in legal}
@@ -223,4 +221,17 @@ class _Tuner:
             decided.append(sig)
         timings = {k: t for k, t in self.cache.timings(key).items() if k in names}
         failed = {k: v for k, v in entry["failed"].items() if k in names}
-        return timings, failed, sig
+        confirming = {k: t for k, t in self.cache.confirming(key).items() if k in timings}
+        return timings, failed, sig, confirming
+
+    def _measure(self, node, legal: list[Kernel], binding: Binding, regime: workload.Regime,
+                 long_seq: int):
+        """One measurement of the whole candidate set together (interleaved, so the numbers
+        are comparable), at ``long_seq`` too where a kernel changes its plan there."""
+        times, failed = tuning.measure(self.model, node, legal, self.target, binding)
+        if times and long_seq:
+            longer = workload.binding(self.model, dataclasses.replace(regime, seq=long_seq),
+                                      workload.query_symbols([node]))
+            times, failed = _both_lengths(times, failed, *tuning.measure(
+                self.model, node, legal, self.target, longer))
+        return times, failed
