@@ -1,4 +1,4 @@
-"""SHA-256 of every optimized `models/` and `models/other/` file, against another checkout.
+"""SHA-256 of every optimized `models/`, `models/other/` and `models/with_past/` file, against another checkout.
 
     python benchmarks/output_hashes.py [--baseline /path/to/older/checkout] [--save F]
 
@@ -33,7 +33,8 @@ SETTINGS = {
 
 
 def models() -> list[Path]:
-    return sorted((ROOT / "models").glob("*.onnx")) + sorted((ROOT / "models/other").glob("*.onnx"))
+    return [path for folder in ("models", "models/other", "models/with_past")
+            for path in sorted((ROOT / folder).glob("*.onnx"))]
 
 
 def hashes(settings: list[str]) -> dict[str, str]:
