@@ -165,3 +165,23 @@ def test_llama_grouped_query_cache_is_refused_with_its_code():
             continue
         reasons = {k.name: r for k, r in selection.rejected}
         assert reasons[NAME].code == "grouped_query_cache"
+
+
+def test_default_workload_keeps_the_prefill_switch():
+    """With a prefill and a decode regime, the kernel (best at decode, but it takes over the
+    cache outside the node, so it cannot sit in one branch of an If) does not displace the
+    switch between the decomposition and causal blocks: that pair costs less over the two
+    regimes than the kernel alone (it is 1.0x at a prefill, causal blocks 0.87x)."""
+    result = run_pipeline(str(GPT2), OptimizeOptions(target="cpu"))
+    for selection in result.report.stages["select"].selections:
+        if selection.op == "AttentionFused":
+            assert selection.switch == ("queries <= 1: decompose.AttentionFused; more: "
+                                        "decompose.AttentionFused.causal_blocks")
+
+
+def test_a_decode_workload_takes_the_kernel():
+    result = run_pipeline(str(GPT2), OptimizeOptions(target="cpu",
+                                                     workload=("decode:batch=1,past=1023",)))
+    chosen = {s.chosen.name for s in result.report.stages["select"].selections
+              if s.op == "AttentionFused"}
+    assert chosen == {NAME}
