@@ -42,7 +42,8 @@ def _bsh(x):  # [B, N, S, D] -> [B, S, N*D]
 
 
 def _keep(b, total, side, rng):
-    """int32 [b, total]: row r pads 0 keys (r = 0) or more, at the end (right) or the start."""
+    """int32 [b, total]: row 0 keeps every key (so batch 1 has no padding), row r > 0 pads
+    some, at the end (right) or the start (left)."""
     keep = np.ones((b, total), np.int32)
     for r in range(1, b):
         pad = min(total - 1, 1 + r * total // (b + 1))
@@ -53,8 +54,8 @@ def _keep(b, total, side, rng):
     return keep
 
 
-def _inputs(b, past, s, rng, heads=H, kv_heads=H, big=1.0):
-    q = rng.standard_normal((b, heads, s, D)).astype(np.float32) * big
+def _inputs(b, past, s, rng, heads=H, kv_heads=H):
+    q = rng.standard_normal((b, heads, s, D)).astype(np.float32)
     pk, pv = (rng.standard_normal((b, kv_heads, past, D)).astype(np.float32) for _ in range(2))
     nk, nv = (rng.standard_normal((b, kv_heads, s, D)).astype(np.float32) for _ in range(2))
     return q, pk, pv, nk, nv
@@ -72,11 +73,11 @@ def _want(q, k, v, keep, causal, scale):
     return ref.attention(q, k, v, bias=bias, scale=scale, nan_to_zero=False, bias_floor=None), bias
 
 
-def mha(mode, *, b=2, past=7, s=1, side="right", unidirectional=0, big=1.0, seed=0,
+def mha(mode, *, b=2, past=7, s=1, side="right", unidirectional=0, seed=0,
         filter_value=None):
     """``mode``: "bias" (exact mask as attention_bias) or "padding" (key_padding_mask)."""
     rng = np.random.default_rng(seed)
-    q, pk, pv, nk, nv = _inputs(b, past, s, rng, big=big)
+    q, pk, pv, nk, nv = _inputs(b, past, s, rng)
     total = past + s
     keep = _keep(b, total, side, rng)
     scale = 1 / np.sqrt(D)
@@ -128,6 +129,41 @@ def gqa(*, b=2, past=7, s=1, side="none", seed=0):
     return (float(np.abs(got - want).max()), prk.shape, np.array_equal(prk, k))
 
 
+def mha_padding_edges() -> list[str]:
+    """key_padding_mask where it differs from the model's mask: a decode row whose every key is
+    padded (the model's float-minimum mask averages V), and a padded key scoring 2e4 above the
+    visible ones (-10,000 does not hide it)."""
+    lines = []
+    rng = np.random.default_rng(5)
+    b, past, total = 2, 6, 7
+    q, pk, pv, nk, nv = _inputs(b, past, 1, rng)
+    keep = np.ones((b, total), np.int32)
+    keep[1] = 0  # row 1: every key padded
+    k, v = np.concatenate([pk, nk], 2), np.concatenate([pv, nv], 2)
+    big_k = k.copy()
+    big_k[0, :, 2] = q[0, :, 0] * (2e4 * np.sqrt(D) / (q[0, :, 0] ** 2).sum(-1, keepdims=True))
+    keep[0, 2] = 0  # row 0: key 2 padded, its score 2e4 above 0
+    for label, kk in (("every key padded (row 1) / padded key scoring 2e4 (row 0)", big_k),):
+        pk2 = np.ascontiguousarray(kk[:, :, :past])
+        nk2 = np.ascontiguousarray(kk[:, :, past:])
+        want, _ = _want(q, kk, v, keep, False, 1 / np.sqrt(D))
+        for fv in (None, float(np.finfo(np.float32).min)):
+            extra = {"mask_filter_value": fv} if fv is not None else {}
+            node = helper.make_node("MultiHeadAttention", ["q", "k", "v", "", "kpm", "",
+                                                           "past_k", "past_v"],
+                                    ["o", "present_k", "present_v"], domain=MS, num_heads=H,
+                                    scale=float(1 / np.sqrt(D)), **extra)
+            sess = _session(node, [("q", 1), ("k", 1), ("v", 1), ("past_k", 1), ("past_v", 1),
+                                   ("kpm", TensorProto.INT32)], ["o", "present_k", "present_v"])
+            o = sess.run(None, {"q": _bsh(q), "k": _bsh(nk2), "v": _bsh(nv), "past_k": pk2,
+                                "past_v": pv, "kpm": keep})[0]
+            got = o.reshape(b, 1, H, D).transpose(0, 2, 1, 3)
+            errs = [float(np.abs(got[r] - want[r]).max()) for r in range(b)]
+            lines.append(f"MHA key_padding_mask decode, {label}, mask_filter_value={fv}: "
+                         f"max|err| row 0 {errs[0]:.2e}, row 1 {errs[1]:.2e}")
+    return lines
+
+
 def main() -> None:
     print(f"onnxruntime {ort.__version__}")
     for mode in ("bias", "padding"):
@@ -143,15 +179,8 @@ def main() -> None:
                     except Exception as e:  # noqa: BLE001
                         print(f"MHA {mode} unidirectional={uni} pad={side} b={b} past={past} s={s}:"
                               f" ERROR {str(e).splitlines()[0][:150]}")
-    for mode in ("bias", "padding"):
-        for fv in (None, float(np.finfo(np.float32).min), -np.inf):
-            try:
-                err, *_ = mha(mode, b=3, past=9, s=1, side="right", big=4000.0,
-                                        filter_value=fv)
-                print(f"MHA {mode} large scores (q x4000) mask_filter_value={fv}: max|err| "
-                      f"{err:.2e}")
-            except Exception as e:  # noqa: BLE001
-                print(f"MHA {mode} mask_filter_value={fv}: ERROR {str(e).splitlines()[0][:150]}")
+    for line in mha_padding_edges():
+        print(line)
     for side in ("none", "right", "left"):
         for b, past, s in ((1, 7, 1), (3, 9, 1), (3, 5, 3)):
             try:

@@ -185,3 +185,19 @@ def test_a_decode_workload_takes_the_kernel():
     chosen = {s.chosen.name for s in result.report.stages["select"].selections
               if s.op == "AttentionFused"}
     assert chosen == {NAME}
+
+
+def test_group_query_attention_refuses_key_padding():
+    """GroupQueryAttention places and reads keys by per-row lengths (probed: wrong with any
+    padded row, left or right); the LLaMA cache's mask carries key padding."""
+    result = run_pipeline(str(LLAMA), OptimizeOptions(target="cpu"))
+    attention = [s for s in result.report.stages["select"].selections
+                 if s.op == "AttentionFused"]
+    assert attention
+    for selection in attention:
+        reason = {k.name: r for k, r in selection.rejected}["ort.GroupQueryAttention"]
+        assert reason.code == "gqa_key_padding"
+        assert reason.text == (
+            "writes each row's new keys right after its seqlens_k valid keys and attends to the "
+            "first seqlens_k + 1 keys: key padding (the mask's, left or right) has no spelling, "
+            "and the model's cache puts new keys after the whole past")
