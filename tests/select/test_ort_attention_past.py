@@ -5,6 +5,7 @@ several past lengths and batch > 1; every refusal has its exact code and sentenc
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -201,3 +202,18 @@ def test_group_query_attention_refuses_key_padding():
             "writes each row's new keys right after its seqlens_k valid keys and attends to the "
             "first seqlens_k + 1 keys: key padding (the mask's, left or right) has no spelling, "
             "and the model's cache puts new keys after the whole past")
+
+
+@pytest.mark.slow
+def test_tune_times_the_kernel_with_the_cache_concat(tmp_path):
+    """--tune's micro-model keeps the key/value cache Concat (and its output, where the model
+    outputs it), so the kernel that takes it over is timed, not failed, next to the others."""
+    cache = tmp_path / "tuning.json"
+    run_pipeline(str(GPT2), OptimizeOptions(target="cpu", tune=True, tune_cache=str(cache),
+                                            workload=("decode:batch=1,past=64",)))
+    entries = json.loads(cache.read_text())
+    entries = entries.get("entries", entries)
+    attention = [e for key, e in entries.items() if key.startswith("AttentionFused")]
+    assert attention
+    for entry in attention:
+        assert NAME in entry["times_ms"] and not entry["failed"]
