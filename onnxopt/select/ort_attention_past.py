@@ -49,10 +49,10 @@ from onnxopt.legality.target import Target
 from onnxopt.ops import AttentionAttrs
 from onnxopt.refusal import Refusal, refusal
 from onnxopt.select._checks import no_softcap
-from onnxopt.select._emit import zero_nan
+from onnxopt.select._emit import i64, zero_nan
 from onnxopt.select.kernel import BOTH_PROVIDERS, MS_DOMAIN, Backend, Kernel, Layout
 from onnxopt.select.layout import packed_heads
-from onnxopt.select.ort_attention import FLOAT_HALF, attention_bias
+from onnxopt.select.ort_attention import FLOAT_HALF
 
 NAME = "ort.MultiHeadAttention.past"
 
@@ -135,7 +135,7 @@ def _emit(b, node: Node, attrs: AttentionAttrs, target: Target) -> list:
     out, present_k, present_v = b.op(
         "MultiHeadAttention", packed_heads(b, q, heads, head_size),
         packed_heads(b, new_k, heads, head_size), packed_heads(b, new_v, heads, head_size),
-        None, None, attention_bias(b, node), past_k, past_v, outputs=3, domain=MS_DOMAIN,
+        None, None, _bias(b, node, past_k, new_k), past_k, past_v, outputs=3, domain=MS_DOMAIN,
         num_heads=heads, scale=attrs.scale)
     graph = b.graph
     for concat, present in ((k_concat, present_k), (v_concat, present_v)):
@@ -148,6 +148,22 @@ def _emit(b, node: Node, attrs: AttentionAttrs, target: Target) -> list:
     if attrs.nan_to_zero:
         out = zero_nan(b, out, q.dtype)
     return [out]  # packed [B, S, H*D]; the Concats go once the node does (cleanup)
+
+
+def _bias(b, node: Node, past_k: Value, new_k: Value):
+    """The exact mask as ``attention_bias`` ``[B|1, H|1, S, P+S]``, its key length read from the
+    past and new keys, never from the cache Concat (which the kernel's present replaces)."""
+    mask, q, k = node.input(3), node.inputs[0], node.inputs[1]
+    if mask is None:
+        return None
+    if sd.same(mask.shape[2], q.shape[2]) and sd.same(mask.shape[3], k.shape[2]):
+        return mask
+
+    def length(x):
+        return b.op("Slice", b.op("Shape", x), i64(b, [2], "start"), i64(b, [3], "end"))
+
+    keys = b.op("Add", length(past_k), length(new_k))
+    return b.op("Expand", mask, b.op("Concat", i64(b, [1, 1], "ones"), length(q), keys, axis=0))
 
 
 def kernels() -> list[Kernel]:

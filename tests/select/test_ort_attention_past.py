@@ -217,3 +217,60 @@ def test_tune_times_the_kernel_with_the_cache_concat(tmp_path):
     assert attention
     for entry in attention:
         assert NAME in entry["times_ms"] and not entry["failed"]
+
+
+MIN = np.finfo(np.float32).min
+
+
+def _text(outputs: bool = True, mask: bool = True, nan_to_zero: int = 0) -> str:
+    outs = ", float[B,4,T,8] ck, float[B,4,T,8] cv" if outputs else ""
+    return f"""
+    g (float[B,4,S,8] q, float[B,4,P,8] past_k, float[B,4,P,8] past_v, float[B,4,S,8] k,
+       float[B,4,S,8] v{", float[B,1,1,T] m" if mask else ""}) => (float[B,4,S,8] o{outs}) {{
+      ck = Concat <axis=2> (past_k, k)
+      cv = Concat <axis=-2> (past_v, v)
+      o = ai.onnxopt.AttentionFused <num_heads=4, scale=0.35, head_size=8,
+            nan_to_zero={nan_to_zero}> (q, ck, cv{", m" if mask else ""})
+    }}"""
+
+
+def _text_feeds(b=3, s=1, past=6, mask=True, fill=MIN, side="left"):
+    rng = np.random.default_rng(b * 10 + s + past)
+    f = {"q": rng.standard_normal((b, 4, s, 8)).astype(np.float32)}
+    for name, length in (("past_k", past), ("past_v", past), ("k", s), ("v", s)):
+        f[name] = rng.standard_normal((b, 4, length, 8)).astype(np.float32)
+    if mask:
+        m = np.zeros((b, 1, 1, past + s), np.float32)
+        m[1, ..., :2] = fill if side == "left" else 0
+        m[1, ..., past - 2:past] = fill if side == "right" else 0
+        m[2, ...] = fill  # every key masked in row 2
+        f["m"] = m
+    return f
+
+
+@pytest.mark.parametrize("side", ["left", "right"])
+@pytest.mark.parametrize("s,past", [(1, 6), (1, 1), (3, 5)])
+def test_present_outputs_become_the_kernels(check_kernel, side, s, past):
+    feeds = _text_feeds(s=s, past=past, side=side)
+    bound = check_kernel(_text(), NAME, feeds)
+    assert "com.microsoft.MultiHeadAttention" in bound.ops and not _cache_concats(bound)
+    want = [np.concatenate([feeds["past_k"], feeds["k"]], 2),
+            np.concatenate([feeds["past_v"], feeds["v"]], 2)]
+    got = bound.run(feeds)
+    assert all(np.array_equal(g, w) for g, w in zip(got[1:], want))
+
+
+def test_caches_read_only_by_attention(check_kernel):
+    bound = check_kernel(_text(outputs=False), NAME, _text_feeds())
+    assert not _cache_concats(bound)
+
+
+def _cache_concats(bound) -> list:
+    return [n for n in bound.proto.graph.node if n.op_type == "Concat"
+            and {"past_k", "past_v"} & set(n.input)]
+
+
+@pytest.mark.parametrize("fill", [-np.inf, MIN])
+def test_nan_to_zero_and_no_mask(check_kernel, fill):
+    check_kernel(_text(nan_to_zero=1), NAME, _text_feeds(fill=fill))
+    check_kernel(_text(mask=False), NAME, _text_feeds(mask=False))
