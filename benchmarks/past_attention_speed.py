@@ -40,32 +40,8 @@ g (float[B, S, {hd}] q, float[B, S, {hd}] k, float[B, S, {hd}] v,
   => (float[B, S, {hd}] o, float[B, {h}, T, {d}] present_k, float[B, {h}, T, {d}] present_v)
 """
 
+# What onnxopt's decomposition is: K concatenated BNSH (the present output), MatMul with Kᵀ.
 DECOMPOSITION = HEAD + """{{
-  split = Constant <value = int64[4] {{0, 0, {h}, {d}}}> ()
-  merge = Constant <value = int64[3] {{0, 0, {hd}}}> ()
-  scale = Constant <value_float = {scale}> ()
-  q4 = Reshape (q, split)
-  k4 = Reshape (k, split)
-  v4 = Reshape (v, split)
-  qh = Transpose <perm = [0, 2, 1, 3]> (q4)
-  kh = Transpose <perm = [0, 2, 3, 1]> (k4)
-  vh = Transpose <perm = [0, 2, 1, 3]> (v4)
-  past_kt = Transpose <perm = [0, 1, 3, 2]> (past_k)
-  kt = Concat <axis = 3> (past_kt, kh)
-  present_k = Transpose <perm = [0, 1, 3, 2]> (kt)
-  present_v = Concat <axis = 2> (past_v, vh)
-  s = MatMul (qh, kt)
-  ss = Mul (s, scale)
-  sm = Add (ss, mask)
-  p = Softmax <axis = -1> (sm)
-  oh = MatMul (p, present_v)
-  ot = Transpose <perm = [0, 2, 1, 3]> (oh)
-  o = Reshape (ot, merge)
-}}
-"""
-
-# What onnxopt's decomposition really is: K concatenated BNSH, MatMul with Kᵀ.
-DECOMPOSITION_BNSH = HEAD + """{{
   split = Constant <value = int64[4] {{0, 0, {h}, {d}}}> ()
   merge = Constant <value = int64[3] {{0, 0, {hd}}}> ()
   scale = Constant <value_float = {scale}> ()
@@ -105,7 +81,7 @@ MHA = HEAD + """{{
 }}
 """
 
-VARIANTS = {"decomposition": DECOMPOSITION_BNSH, "mha_past": MHA}
+VARIANTS = {"decomposition": DECOMPOSITION, "mha_past": MHA}
 
 
 def _session(text: str) -> ort.InferenceSession:

@@ -147,7 +147,7 @@ def _emit(b, node: Node, attrs: AttentionAttrs, target: Target) -> list:
             replace_value(graph, cache, alias)
     if attrs.nan_to_zero:
         out = zero_nan(b, out, q.dtype)
-    return [out]  # packed [B, S, H*D]; the Concats go once the node does (cleanup)
+    return [out]  # packed [B, S, H*D]; bind removes the Concats once the node is gone
 
 
 def _bias(b, node: Node, past_k: Value, new_k: Value):
