@@ -142,10 +142,40 @@ def _bind_for_regimes(model: Model, node, per_regime: list, target: Target) -> S
         selection.switch = (f"queries <= {threshold}: {few.chosen.name}; more: "
                             f"{many.chosen.name}")
         return selection
-    selection = min((s for _, s in per_regime), key=lambda s: _overall(s.chosen.name, per_regime))
+    single = min((s for _, s in per_regime), key=lambda s: _overall(s.chosen.name, per_regime))
+    if threshold is not None and (pair := _switchable_few(node, few, many, model.opset)) \
+            and _pair_cost(pair, few) < _overall(single.chosen.name, per_regime):
+        # The few-query regime's best kernel cannot share an If with the many-query one (a
+        # packed-layout kernel, or one that takes over the key/value cache), but its next best
+        # can, and that pair costs less over the regimes than any one kernel for all of them.
+        regime_switch.bind_by_queries(model, node, pair, many.chosen, target, threshold)
+        many.also = pair
+        many.switch = f"queries <= {threshold}: {pair.name}; more: {many.chosen.name}"
+        many.regimes = {**chosen, **{r.label: pair.name for r, s in per_regime
+                                     if s.chosen.name == few.chosen.name}}
+        return many
+    selection = single
     selection.regimes = chosen
     bind(model, node, selection.chosen, target)
     return selection
+
+
+def _switchable_few(node, few: Selection, many: Selection, opset: int) -> Kernel | None:
+    """The cheapest legal kernel of the few-query regime that can be switched with the
+    many-query regime's kernel (None where none can)."""
+    legal = {k.name: k for k in [few.chosen, *(k for k, _ in few.rejected)] if k.name in few.costs}
+    for name in sorted(legal, key=lambda n: (few.costs[n], n)):
+        if name != many.chosen.name and regime_switch.can_switch(node, legal[name], many.chosen,
+                                                                 opset):
+            return legal[name]
+    return None
+
+
+def _pair_cost(kernel: Kernel, few: Selection) -> float:
+    """What serving the few-query regime by ``kernel`` (and the many-query one by its best)
+    costs, as :func:`_overall` counts (log of the cost relative to each regime's best)."""
+    best = min(few.costs.values(), default=1.0) or 1.0
+    return math.log(max(few.costs[kernel.name], 1e-12) / best)
 
 
 def _overall(kernel: str, per_regime: list) -> float:

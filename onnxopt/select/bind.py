@@ -21,6 +21,7 @@ def bind(model: Model, node: Node, kernel: Kernel, target: Target) -> list[Node]
     """
     graph = node.graph or model.graph
     b = NodeBuilder(graph, node, f"select:{kernel.name}", opset=model.opset)
+    fed_by = [v.producer for v in node.inputs if v is not None]  # before the kernel rewires
     outputs = kernel.emit(b, node, attributes_of(node), target)
     if kernel.layout == Layout.BSH:
         outputs = layout.unpacked_outputs(b, node, *outputs)
@@ -43,6 +44,9 @@ def bind(model: Model, node: Node, kernel: Kernel, target: Target) -> list[Node]
             alias.dtype, alias.shape = old.dtype, old.shape
             replace_value(graph, old, alias)
     remove_if_dead(graph, node)
+    # What fed only the node and what the kernel took over (a key/value cache Concat whose
+    # present output the kernel now writes) is unread now: gone here, not left to cleanup.
+    remove_if_dead(graph, *fed_by)
     for domain, version in kernel.opsets.items():
         model.require_opset(domain, version)
     return b.nodes

@@ -61,6 +61,12 @@ SEED: dict[tuple[str, ...], float] = {
     ("ort.MultiHeadAttention", CPU, "decode"): 1.02,
     ("ort.MultiHeadAttention.repeat_kv", CPU, "decode"): 1.6,
     ("decompose.AttentionFused.lean", CPU, "decode"): 0.92,
+    # ORT's MultiHeadAttention taking over the cache Concat (past in, present out): the
+    # attention block alone, 8 heads of 64 at batch 1 past 127/1023/4095 and batch 4 past 511,
+    # 0.97-0.98x the decomposition (0.85x at past 4095), 1.00x at a 128-token prefill
+    # (benchmarks/past_attention_speed.py; RESULTS.md).
+    ("ort.MultiHeadAttention.past", CPU, "decode"): 0.97,
+    ("ort.MultiHeadAttention.past", CPU): 1.0,
     # Rotary: ORT's RotaryEmbedding on the model's own cos/sin rows (their halves proved
     # equal) is 0.62-0.77x the decomposition at batch 1 x 128 tokens x 8 heads of 64 and
     # 0.93-1.04x (within a microsecond) in decode steps (LLaMA dynamo export of

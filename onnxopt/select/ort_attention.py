@@ -18,7 +18,9 @@ decomposition, and the records say so:
   ORT 1.31, as the fused op does). Legal only where the model already imports
   opset 23 — onnxopt does not convert a model's opset.
 - ``com.microsoft.GroupQueryAttention`` always applies its own causal mask from
-  per-batch key lengths and takes BSNH inputs; ``com.microsoft.Attention`` takes the
+  per-batch key lengths and takes BSNH inputs (with a cache it also places each row's new
+  keys after its ``seqlens_k`` valid ones: refused where the mask carries key padding,
+  ``gqa_key_padding``; ``ort_attention_past.py`` has the probe's facts); ``com.microsoft.Attention`` takes the
   hidden state and packed QKV weights. Neither fits a fused op that carries an
   exact mask after the projections; they are listed with those reasons.
 """
@@ -31,7 +33,7 @@ from onnxopt.ir import symdim as sd
 from onnxopt.ir.dtypes import numpy_dtype
 from onnxopt.ir.node import Node
 from onnxopt.legality.target import Target
-from onnxopt.ops import AttentionAttrs
+from onnxopt.ops import AttentionAttrs, MaskKind
 from onnxopt.refusal import Refusal, refusal
 from onnxopt.select._checks import no_softcap
 from onnxopt.select._emit import i64, scalar, zero_nan
@@ -171,7 +173,16 @@ def _above_lowest(b, mask, dtype: str | None):
                 scalar(b, float(above), dtype, "above_lowest"), mask)
 
 
+GQA_PADDING = ("writes each row's new keys right after its seqlens_k valid keys and attends to "
+               "the first seqlens_k + 1 keys: key padding (the mask's, left or right) has no "
+               "spelling, and the model's cache puts new keys after the whole past")
+
+
 def _gqa_requires(node: Node, attrs: AttentionAttrs, target: Target) -> Refusal | None:
+    # Probed in ORT 1.31 (benchmarks/ort_past_probe.py): with any padded row its output and
+    # present differ from the model's, left and right padding alike; exact without padding.
+    if MaskKind.KEY_PADDING in attrs.mask_kind:
+        return refusal("gqa_key_padding", GQA_PADDING)
     return refusal("contract_mismatch", "applies its own causal mask from per-batch key "
                    "lengths (seqlens_k) to BSNH inputs; AttentionFused carries an exact "
                    "additive mask")

@@ -17,6 +17,7 @@ from onnxopt.select import (
     decompose,
     ort_activations,
     ort_attention,
+    ort_attention_past,
     ort_norms,
     ort_rotary,
     pycuda_kernels,
@@ -27,6 +28,7 @@ from onnxopt.select.kernel import Kernel
 # built, so a family may probe as it builds its list (e.g. whether its runtime can be read).
 FAMILIES: tuple[Callable[[], list[Kernel]], ...] = (
     ort_attention.kernels,
+    ort_attention_past.kernels,
     ort_norms.kernels,
     ort_activations.kernels,
     ort_rotary.kernels,

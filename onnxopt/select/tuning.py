@@ -44,7 +44,7 @@ from onnxopt.ir.builder import FUSED_DOMAIN, make_attr
 from onnxopt.ir.dtypes import numpy_dtype
 from onnxopt.ir.graph import Graph
 from onnxopt.ir.model import Model
-from onnxopt.ir.node import Node
+from onnxopt.ir.node import STANDARD_DOMAINS, Node
 from onnxopt.ir.value import Value
 from onnxopt.legality.target import Target
 from onnxopt.ops import attributes_of
@@ -305,22 +305,54 @@ def _merge_consumer(node: Node) -> Node | None:
     return user if transposed_from(user.output, BNSH_TO_BSNH) is out else None
 
 
+def _head_split(graph: Graph, name: str, src: Value, v: Value, binding: Binding) -> Value:
+    """A micro-model input ``name`` shaped as the model's [B, S, H, D] ``src``, split into
+    heads as ``v`` is."""
+    x = graph.add_input(name, src.dtype, binding.shape(src.shape))
+    t = graph.make_node("Transpose", [x], attrs={"perm": make_attr(list(BNSH_TO_BSNH))})
+    t.output.dtype, t.output.shape = v.dtype, binding.shape(v.shape)
+    return t.output
+
+
+def _cache_concat(v: Value, node: Node):
+    """(Concat, past, new) where ``v`` is a key/value cache ``Concat(past, new)`` that only
+    ``node`` reads (and perhaps the model's outputs): the micro-model keeps it, so that every
+    candidate is timed with the cache's copy, and a kernel that takes the Concat over (past in,
+    present out) can be timed at all."""
+    concat = v.producer
+    if (concat is None or concat.op_type != "Concat" or concat.domain not in STANDARD_DOMAINS
+            or len(concat.inputs) != 2 or any(x is None or x.const is not None
+                                              for x in concat.inputs)
+            or any(user is not node for user, _ in v.uses())):
+        return None
+    return concat, concat.inputs[0], concat.inputs[1]
+
+
 def micro_model(model: Model, node: Node, kernel: Kernel, target: Target,
                 binding: Binding) -> Model:
     """A model holding just ``node`` (bound to ``kernel``) at representative sizes."""
 
     graph = Graph("tune")
     inputs: list[Value | None] = []
+    cache_outputs: list[Value] = []  # a key/value cache Concat the model also outputs
     for i, v in enumerate(node.inputs):
         if v is None:
             inputs.append(None)
         elif v.const is not None:
             inputs.append(graph.add_constant(v.const, hint=f"c{i}"))
         elif (src := _bsnh_source(v)) is not None:
-            x = graph.add_input(f"in{i}", src.dtype, binding.shape(src.shape))
-            t = graph.make_node("Transpose", [x], attrs={"perm": make_attr(list(BNSH_TO_BSNH))})
-            t.output.dtype, t.output.shape = v.dtype, binding.shape(v.shape)
-            inputs.append(t.output)
+            inputs.append(_head_split(graph, f"in{i}", src, v, binding))
+        elif (cache := _cache_concat(v, node)) is not None:
+            concat, past, new = cache
+            parts = [graph.add_input(f"in{i}_past", past.dtype, binding.shape(past.shape)),
+                     _head_split(graph, f"in{i}_new", src, new, binding)
+                     if (src := _bsnh_source(new)) is not None
+                     else graph.add_input(f"in{i}_new", new.dtype, binding.shape(new.shape))]
+            c = graph.make_node("Concat", parts, attrs=dict(concat.attrs))
+            c.output.dtype, c.output.shape = v.dtype, binding.shape(v.shape)
+            inputs.append(c.output)
+            if v.is_graph_output:
+                cache_outputs.append(c.output)
         else:
             inputs.append(graph.add_input(f"in{i}", v.dtype, binding.shape(v.shape)))
     copy = graph.make_node(node.op_type, inputs, num_outputs=len(node.outputs),
@@ -336,7 +368,7 @@ def micro_model(model: Model, node: Node, kernel: Kernel, target: Target,
                             attrs={"perm": make_attr(list(BNSH_TO_BSNH))})
         t.output.dtype, t.output.shape = merge.output.dtype, binding.shape(merge.output.shape)
         outputs[0] = t.output
-    graph.set_outputs(outputs)
+    graph.set_outputs(outputs + cache_outputs)
     micro = Model(graph, opset_imports=dict(model.opset_imports), ir_version=model.ir_version)
     micro.opset_imports.setdefault(FUSED_DOMAIN, 1)
     bind(micro, copy, kernel, target)

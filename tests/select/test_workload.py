@@ -88,7 +88,8 @@ def test_prefill_and_decode_disagree_and_the_node_switches(optimized, path, deco
 def test_a_stated_decode_workload_takes_the_decode_kernel_alone(optimized):
     report = optimized(GPT2, workload=("decode:batch=4,past=511",)).report.to_json()["select"]
     attention = [n for n in report["nodes"] if n["op"] == "AttentionFused"]
-    assert {n["chosen"] for n in attention} == {"decompose.AttentionFused"}
+    # (ORT's MultiHeadAttention taking over the cache: measured faster in decode steps alone)
+    assert {n["chosen"] for n in attention} == {"ort.MultiHeadAttention.past"}
     assert not any("switch" in n or "regimes" in n for n in attention)
     proto = optimized(GPT2, workload=("decode:batch=4,past=511",)).proto
     assert "If" not in {n.op_type for n in proto.graph.node}
