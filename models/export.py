@@ -517,6 +517,41 @@ SPECS["mistral_sw"] = Spec("mistral_sw", _mistral_sliding, "MistralForCausalLM",
                            "logits", True)
 
 
+# --------------------------------------------------------------------------- VITS text encoder
+# (issue 33) VITS's text encoder attends with relative positions: learned key and value
+# embeddings for offsets within ``window_size``, brought to absolute positions by pad-and-reshape
+# tricks on ``[B·H, S, ·]`` views. The scores get a relative-key term computed from Q; the output
+# gets a relative-value term computed from the probabilities. The whole ``VitsModel`` (duration
+# predictor, flows, vocoder) is not the point: its text encoder alone is exported. Small (one
+# layer, hidden 8 in two heads of 4) so that both files stay under 200 KB.
+
+VITS_WINDOW = 4  # VITS's own: offsets -4..4, shorter than the sequences the tests run
+
+
+def _vits(attn: str) -> nn.Module:
+    from transformers import VitsConfig
+    from transformers.models.vits.modeling_vits import VitsTextEncoder
+
+    class VitsTextEncoderModel(VitsTextEncoder):
+        """``VitsTextEncoder`` called as ``VitsModel`` calls it: the padding mask is the
+        attention mask as a ``[batch, seq, 1]`` float (``TextWrapper`` passes the two)."""
+
+        def forward(self, input_ids, attention_mask, return_dict: bool = False):
+            padding = attention_mask.unsqueeze(-1).to(torch.float32)
+            return super().forward(input_ids=input_ids, padding_mask=padding,
+                                   attention_mask=attention_mask, return_dict=False)
+
+    cfg = VitsConfig(vocab_size=VOCAB, hidden_size=8, num_hidden_layers=1,
+                     num_attention_heads=2, ffn_dim=16, window_size=VITS_WINDOW, flow_size=8)
+    # (without an implementation set, the encoder's mask builder returns None: no padding mask)
+    cfg._attn_implementation = attn
+    return VitsTextEncoderModel(cfg)
+
+
+SPECS["vits"] = Spec("vits", _vits, "VitsTextEncoder", "eager", "text", "last_hidden_state",
+                     True)
+
+
 def seed_for(spec: Spec) -> int:
     """Per-model seed, so that e.g. llama and mistral do not share weights."""
     return SEED + zlib.crc32(spec.name.encode()) % 10_000
