@@ -10,9 +10,11 @@ import onnx
 import onnxruntime as ort
 import pytest
 
+import onnxopt
+from onnxopt import evaluation
 from onnxopt.options import OptimizeOptions
 from onnxopt.pipeline import run_pipeline
-from onnxopt.verification import verify_models
+from onnxopt.verification import compare, verify_models
 
 VOCAB = 1000  # models/export.py VOCAB
 
@@ -105,7 +107,7 @@ def _assert_same(original, optimized) -> None:
 
 
 def test_vits_dynamo_attention_is_refused_because_the_value_term_reads_p(models_dir):
-    path = str(models_dir / "vits.dynamo.onnx")
+    path = str(models_dir / "refused" / "vits.dynamo.onnx")
     result = run_pipeline(path, OptimizeOptions(target="cpu", debug=True))
     regions = _attention(result)
     assert [(r.status, r.code) for r in regions] == [("refused", "probabilities_read_outside")]
@@ -133,7 +135,7 @@ def _without_value_term(path: str) -> onnx.ModelProto:
 def test_vits_dynamo_relative_key_term_fuses_as_a_bias(models_dir, tmp_path):
     """Step 2 of the VITS work: the relative-key term (Q times the relative key table, brought
     to absolute positions by pad-and-reshape) is taken as a computed bias."""
-    proto = _without_value_term(str(models_dir / "vits.dynamo.onnx"))
+    proto = _without_value_term(str(models_dir / "refused" / "vits.dynamo.onnx"))
     path = tmp_path / "vits_no_value_term.onnx"
     onnx.save_model(proto, path)
     result = run_pipeline(str(path), OptimizeOptions(target="cpu", debug=True))
@@ -145,9 +147,23 @@ def test_vits_dynamo_relative_key_term_fuses_as_a_bias(models_dir, tmp_path):
 
 @pytest.mark.parametrize("exporter", ["ts", "dynamo"])
 def test_vits_optimized_computes_the_same(models_dir, exporter):
-    path = str(models_dir / f"vits.{exporter}.onnx")
+    path = str(models_dir / "refused" / f"vits.{exporter}.onnx")
     result = run_pipeline(path, OptimizeOptions(target="cpu", debug=True))
     assert not any(r.status == "fused" for r in _attention(result))
     # (the normalized graph is larger — unmerge_heads' run-time head splits — the output is not)
     assert sum(result.report.nodes_after.values()) <= sum(result.report.nodes_before.values())
     _assert_same(path, result.proto)
+
+
+@pytest.mark.parametrize("exporter", ["ts", "dynamo"])
+def test_vits_normalized_is_bitwise(models_dir, exporter, tmp_path, monkeypatch):
+    """Normalization alone (softmax_out_of_merge among it) computes bit for bit what the model
+    did (ONNX Runtime running the ops as written, as tests/test_no_fuse_bitwise.py does)."""
+    plain = evaluation.session
+    monkeypatch.setattr(compare.evaluation, "session",
+                        lambda *a, **k: plain(*a, **{**k, "optimize": False}))
+    path = models_dir / "refused" / f"vits.{exporter}.onnx"
+    out = tmp_path / "normalized.onnx"
+    onnxopt.optimize(str(path), output=out, rules=False)
+    report = onnxopt.verify(path, out)
+    assert report.ok and report.bitwise, [(o.name, o.max_abs) for o in report.outputs]
