@@ -83,6 +83,19 @@ def test_without_the_value_term_the_relative_key_term_is_a_bias(make_model):
     assert verify_models(proto, result.proto).ok
 
 
+def test_other_intermediates_read_outside_keep_the_general_reason(make_model):
+    """Only the probabilities get the precise reason: scores read elsewhere are the driver's
+    own refusal, unchanged."""
+    text = _block(NO_VALUE_TERM).replace(
+        "=> (float[B, 2, 6, 8] o)", "=> (float[B, 2, 6, 8] o, float[B, 2, 6, 6] w)").replace(
+        "o = Identity (pv)", "o = Identity (pv)\n    w = Relu (masked)")
+    proto = make_model(text)
+    result = run_pipeline(proto, OptimizeOptions(target="cpu", debug=True))
+    (region,) = _attention(result)
+    assert (region.status, region.code) == ("refused", "used_outside_match")
+    assert verify_models(proto, result.proto).ok
+
+
 # ------------------------------------------------------------------ the exported VITS encoder
 
 
