@@ -10,6 +10,10 @@ additive (where_to_additive). What is left to recognise here:
 - SDPA's NaN guard ``Where(IsNaN(p), 0, p)`` after it;
 - grouped-query heads: K and V repeated by ``Unsqueeze(axis 2) → Expand|Tile →
   Reshape``, absorbed so the fused op reads the un-repeated K/V.
+
+Probabilities read by anything but P·V (VITS's relative-value term, weights returned) are
+refused with a code of their own, ``probabilities_read_outside`` (:meth:`outside_use`): the
+fused op outputs P·V alone.
 """
 
 from __future__ import annotations
@@ -143,7 +147,8 @@ class Attention(Rule):
         if refusal.subject not in (f"%{m.softmax.output.name}", f"%{probs.name}"):
             return refusal
         inside = {id(n) for n in m.nodes}
-        readers = [n for v in {m.softmax.output, probs} for n, _ in v.uses()
+        values = [probs] if probs is m.softmax.output else [probs, m.softmax.output]
+        readers = [n for v in values for n, _ in v.uses()
                    if id(n) not in inside and n.op_type not in SHAPE_READERS]
         if not readers:
             return refusal
