@@ -38,7 +38,7 @@ def softmax_out_of_merge(model: Model) -> PassResult:
             continue
         scores = merge.inputs[0]
         probs = softmax.output
-        splits = [n for n, _ in probs.uses() if _splits_back(n, scores.shape)]
+        splits = [n for n, i in probs.uses() if i == 0 and _splits_back(n, scores.shape)]
         if not splits or probs.is_graph_output:
             continue
         build = NodeBuilder(graph, softmax, CREATED_BY, by_op=True)
@@ -65,8 +65,8 @@ def _last_axis(softmax: Node) -> bool:
 
 def _merges_leading_axes(merge: Node | None) -> bool:
     """``merge`` reshapes ``[d0, d1, x, y]`` into ``[d0·d1, x, y]``."""
-    if not is_op(merge, "Reshape"):
-        return False
+    if not is_op(merge, "Reshape") or len(merge.inputs) != 2 or merge.inputs[1] is None:
+        return False  # (opsets before 5: the target is an attribute)
     x, out = merge.inputs[0].shape, merge.output.shape
     return (x is not None and out is not None and len(x) == 4 and len(out) == 3
             and sd.same(out[0], sd.mul(x[0], x[1])) and sd.same(x[2], out[1])
