@@ -22,6 +22,7 @@ Usage::
     pip install torch==2.13.0 transformers==5.24.0 onnxscript==0.7.2 onnx==1.23.2 onnxruntime==1.32.0
     python models/export.py [--only NAME[,NAME...]] [--out models/] [--no-verify]
     python models/export.py with-past [--only gpt2,llama,...] [--exporter ts|dynamo|both] [--out DIR]
+    python models/export.py vits [--exporter ts|dynamo|both] [--out DIR]   (to models/refused/)
 
 ``with-past`` exports Optimum-style ``decoder_with_past`` steps (key/value cache in and out,
 see ``DecoderWithPastWrapper``) of the decoder-only families in ``WITH_PAST``.
@@ -32,6 +33,7 @@ from __future__ import annotations
 import argparse
 import io
 import os
+import re
 import sys
 import warnings
 import zlib
@@ -517,6 +519,64 @@ SPECS["mistral_sw"] = Spec("mistral_sw", _mistral_sliding, "MistralForCausalLM",
                            "logits", True)
 
 
+# --------------------------------------------------------------------------- VITS text encoder
+# (issue 33) VITS's text encoder attends with relative positions: learned key and value
+# embeddings for offsets within ``window_size``, brought to absolute positions by pad-and-reshape
+# tricks on ``[B·H, S, ·]`` views. The scores get a relative-key term computed from Q; the output
+# gets a relative-value term computed from the probabilities. The whole ``VitsModel`` (duration
+# predictor, flows, vocoder) is not the point: its text encoder alone is exported. Small (one
+# layer, hidden 8 in two heads of 4) so that both files stay under 200 KB.
+
+VITS_WINDOW = 4  # VITS's own: offsets -4..4, shorter than the sequences the tests run
+
+
+def _vits(attn: str) -> nn.Module:
+    from transformers import VitsConfig
+    from transformers.models.vits.modeling_vits import VitsTextEncoder
+
+    class VitsTextEncoderModel(VitsTextEncoder):
+        """``VitsTextEncoder`` called as ``VitsModel`` calls it: the padding mask is the
+        attention mask as a ``[batch, seq, 1]`` float (``TextWrapper`` passes the two)."""
+
+        def forward(self, input_ids, attention_mask, return_dict: bool = False):
+            padding = attention_mask.unsqueeze(-1).to(torch.float32)
+            return super().forward(input_ids=input_ids, padding_mask=padding,
+                                   attention_mask=attention_mask, return_dict=False)
+
+    cfg = VitsConfig(vocab_size=VOCAB, hidden_size=8, num_hidden_layers=1,
+                     num_attention_heads=2, ffn_dim=16, window_size=VITS_WINDOW, flow_size=8)
+    # (without an implementation set, the encoder's mask builder returns None: no padding mask)
+    cfg._attn_implementation = attn
+    return VitsTextEncoderModel(cfg)
+
+
+# Not in SPECS: its attention is refused by design (the relative-value term reads P), and the
+# tests that glob models/*.onnx expect every attention block there to fuse. Written to
+# models/refused/ by ``python models/export.py vits``.
+VITS_SPEC = Spec("vits", _vits, "VitsTextEncoder", "eager", "text", "last_hidden_state", True)
+
+
+def main_vits(argv: list[str] | None = None) -> int:
+    """``export.py vits [--out DIR] [--exporter ts|dynamo|both]``: the VITS text encoder."""
+    ap = argparse.ArgumentParser(prog="export.py vits")
+    ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                                  "refused"))
+    ap.add_argument("--exporter", choices=["ts", "dynamo", "both"], default="both")
+    args = ap.parse_args(argv)
+    os.makedirs(args.out, exist_ok=True)
+    tags = ["ts", "dynamo"] if args.exporter == "both" else [args.exporter]
+    bad = 0
+    for tag in tags:
+        model = build(VITS_SPEC)
+        proto = (export_ts if tag == "ts" else export_dynamo)(VITS_SPEC, model)
+        path = os.path.join(args.out, f"vits.{tag}.onnx")
+        onnx.save_model(proto, path, save_as_external_data=False)
+        print(f"{path}: {os.path.getsize(path) / 1024:.0f} KB, {len(proto.graph.node)} nodes",
+              flush=True)
+        bad += bool(verify(VITS_SPEC, model, path))
+    return 1 if bad else 0
+
+
 def seed_for(spec: Spec) -> int:
     """Per-model seed, so that e.g. llama and mistral do not share weights."""
     return SEED + zlib.crc32(spec.name.encode()) % 10_000
@@ -672,6 +732,8 @@ def export_dynamo(spec: Spec, model: nn.Module) -> onnx.ModelProto:
         keep = [p for p in node.metadata_props if p.key != "pkg.torch.onnx.stack_trace"]
         del node.metadata_props[:]
         node.metadata_props.extend(keep)
+        for p in node.metadata_props:  # a function's repr holds its address (VITS's sym_max)
+            p.value = re.sub(r" at 0x[0-9a-f]+>", ">", p.value)
     opset = {o.domain: o.version for o in proto.opset_import}
     if opset.get("", 0) != DYNAMO_OPSET:
         raise RuntimeError(f"{spec.name}: dynamo export produced opset {opset}")
@@ -1212,4 +1274,6 @@ def export_audio_family(names: list[str], out: str, exporters: list[str], check:
 if __name__ == "__main__":
     if sys.argv[1:2] == ["with-past"]:
         sys.exit(main_with_past(sys.argv[2:]))
+    if sys.argv[1:2] == ["vits"]:
+        sys.exit(main_vits(sys.argv[2:]))
     sys.exit(main())

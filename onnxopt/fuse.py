@@ -207,7 +207,8 @@ def _drain(graph: Graph, work: NodeWorklist, by_root, target: Target, report: Fu
                                                            MatchStatus.PARTIAL, best.reason,
                                                            best.progress))
                 continue
-            verdict = used_outside(m.nodes, m.root) or _legal(rule, m, target)
+            outside = used_outside(m.nodes, m.root)
+            verdict = rule.outside_use(m, outside) if outside else _legal(rule, m, target)
             reason = verdict if isinstance(verdict, Refusal) else None
             if not reason and hold_back(rule.name, node.name):
                 reason = Refusal(HELD_BACK_CODE, HELD_BACK, node.name)

@@ -28,6 +28,7 @@ from onnxopt.normalize.rstd_canonical import rstd_canonical
 from onnxopt.normalize.scale_through_layout import scale_through_layout
 from onnxopt.normalize.share_equal_shapes import share_equal_shapes
 from onnxopt.normalize.softmax_canonical import softmax_canonical
+from onnxopt.normalize.softmax_out_of_merge import softmax_out_of_merge
 from onnxopt.normalize.transpose_into_matmul import transpose_into_matmul
 from onnxopt.normalize.transpose_through_reshape import transpose_through_reshape
 from onnxopt.normalize.unmerge_heads import unmerge_heads
@@ -52,6 +53,7 @@ PASSES: list[tuple[str, Pass]] = [
     ("elementwise_out_of_split", elementwise_out_of_split),
     ("merge_reshapes", merge_reshapes),
     ("unmerge_heads", unmerge_heads),
+    ("softmax_out_of_merge", softmax_out_of_merge),
     ("transpose_through_reshape", transpose_through_reshape),
     ("transpose_into_matmul", transpose_into_matmul),
     ("softmax_canonical", softmax_canonical),

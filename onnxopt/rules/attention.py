@@ -10,6 +10,10 @@ additive (where_to_additive). What is left to recognise here:
 - SDPA's NaN guard ``Where(IsNaN(p), 0, p)`` after it;
 - grouped-query heads: K and V repeated by ``Unsqueeze(axis 2) → Expand|Tile →
   Reshape``, absorbed so the fused op reads the un-repeated K/V.
+
+Probabilities read by anything but P·V (VITS's relative-value term, weights returned) are
+refused with a code of their own, ``probabilities_read_outside`` (:meth:`outside_use`): the
+fused op outputs P·V alone.
 """
 
 from __future__ import annotations
@@ -22,7 +26,12 @@ from onnxopt.ir import symdim as sd
 from onnxopt.ir.builder import NodeBuilder
 from onnxopt.ir.dtypes import FLOAT_TYPES
 from onnxopt.legality.mask import MaskInfo, classify_mask
-from onnxopt.legality.predicates import last_axis, not_scalar_constant, reduction_order
+from onnxopt.legality.predicates import (
+    SHAPE_READERS,
+    last_axis,
+    not_scalar_constant,
+    reduction_order,
+)
 from onnxopt.match.pattern import Builder, Match
 from onnxopt.ops import AttentionAttrs, MaskKind
 from onnxopt.refusal import Refusal
@@ -35,6 +44,8 @@ from onnxopt.rules.disentangled_attention import (
     term_reading_v,
 )
 
+_VIEWS = frozenset({"Reshape", "Transpose", "Unsqueeze", "Squeeze", "Flatten", "Identity"})
+
 
 def _repeated(p: Builder, base: str):
     """K or V, possibly repeated over heads for grouped-query attention."""
@@ -45,6 +56,17 @@ def _repeated(p: Builder, base: str):
     # (allowzero: legality reads the Reshape's inferred output shape, which accounts for it)
     return p.any(p.Reshape(rep, p.var(f"{base}_repeat_shape"), name=f"{base}_repeat",
                            reads=("allowzero",)), kv)
+
+
+def _through_views(node):
+    """The op that computes with what ``node`` reads, past views that only reshape it (the
+    reader a person looks for: the term's Pad or MatMul, not the Reshape before it)."""
+    while node.op_type in _VIEWS and len(node.outputs) == 1:
+        readers = [n for n, _ in node.output.uses() if n.op_type not in SHAPE_READERS]
+        if len(readers) != 1:
+            break
+        node = readers[0]
+    return node
 
 
 def _scalar(value) -> float:
@@ -116,6 +138,25 @@ class Attention(Rule):
         if key is not None:
             verdict = replace(verdict, merged_key=key)
         return reduction_order(target, "attention (streaming softmax)") or verdict
+
+    def outside_use(self, m: Match, refusal: Refusal) -> Refusal:
+        """The probabilities P read by something other than P·V (a relative-value term, as in
+        VITS; the attention weights returned): AttentionFused yields P·V alone, so P would
+        have to be computed twice, once outside the fused op, for nothing."""
+        probs = m.softmax.output if m.nan_guard is None else m.nan_guard.output
+        if refusal.subject not in (f"%{m.softmax.output.name}", f"%{probs.name}"):
+            return refusal
+        inside = {id(n) for n in m.nodes}
+        values = [probs] if probs is m.softmax.output else [probs, m.softmax.output]
+        readers = [n for v in values for n, _ in v.uses()
+                   if id(n) not in inside and n.op_type not in SHAPE_READERS]
+        if not readers:
+            return refusal
+        reader = _through_views(readers[0])
+        return Refusal("probabilities_read_outside", f"%{probs.name}: the attention "
+                       f"probabilities are also read by {reader.name} ({reader.op_type}), not "
+                       "only by P·V (a relative-value term, or the weights returned): "
+                       "AttentionFused outputs P·V alone", f"%{probs.name}")
 
     def _mask_kind(self, m: Match) -> Refusal | AttentionFacts:
         """Prove what the mask contains (causal, a band, key padding); refuse a fake causal

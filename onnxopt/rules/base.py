@@ -72,6 +72,12 @@ class Rule:
         facts ``rewrite`` needs."""
         return None
 
+    def outside_use(self, m: Match, refusal: Refusal) -> Refusal:
+        """The refusal for an intermediate of ``m`` read outside it (the driver's shared
+        predicate found it): a rule that knows what that intermediate means says so in its own
+        terms (a code of its own, what to do about it); by default, the predicate's own."""
+        return refusal
+
     def rewrite(self, b: NodeBuilder, m: Match, facts: Facts | None
                 ) -> Value | list[Value]:  # pragma: no cover - abstract
         """The replacement of the match's output (a list: of each of its outputs)."""

@@ -1,0 +1,182 @@
+"""Relative-position attention (VITS's text encoder): the relative-key term, computed from Q, is
+a score bias like DeBERTa's; the relative-value term reads the probabilities P, which
+AttentionFused does not output, so the block is refused with that reason rather than fused
+with P computed twice."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+
+import onnxopt
+from onnxopt import evaluation
+from onnxopt.options import OptimizeOptions
+from onnxopt.pipeline import run_pipeline
+from onnxopt.verification import compare, verify_models
+
+VOCAB = 1000  # models/export.py VOCAB
+
+# A VITS-like block on [B·H, S, ·] views, heads 2: scores Q·Kᵀ·c plus a relative-key term from
+# Q (here Q times a constant table), the mask added on the 4-D view, the Softmax on the merged
+# view, P·V split back to 4-D; {value_term} adds a term computed from P (or nothing).
+BLOCK = """
+g (float[B, 2, 6, 8] q, float[B, 2, 6, 8] k, float[B, 2, 6, 8] v, float[B, 1, 6, 6] m)
+  => (float[B, 2, 6, 8] o) <float c = {{0.35}}, float[8, 6] table = {{{table}}},
+     float[6, 8] rel_v = {{{rel_v}}}, int64[3] merge = {{-1, 6, 6}},
+     int64[3] merge_v = {{-1, 6, 8}}, int64[4] split = {{-1, 2, 6, 6}},
+     int64[4] split_o = {{-1, 2, 6, 8}}> {{
+    q3 = Reshape (q, merge_v)
+    k3 = Reshape (k, merge_v)
+    kt = Transpose <perm = [0, 2, 1]> (k3)
+    s3 = MatMul (q3, kt)
+    ss = Mul (s3, c)
+    rk = MatMul (q3, table)
+    biased3 = Add (ss, rk)
+    biased = Reshape (biased3, split)
+    masked = Add (biased, m)
+    masked3 = Reshape (masked, merge)
+    p3 = Softmax <axis = -1> (masked3)
+    p4 = Reshape (p3, split)
+    pv = MatMul (p4, v)
+    {value_term}
+}}
+"""
+VALUE_TERM = """rv3 = MatMul (p3, rel_v)
+    rv = Reshape (rv3, split_o)
+    o = Add (pv, rv)"""
+NO_VALUE_TERM = "o = Identity (pv)"
+
+
+def _block(value_term: str) -> str:
+    rng = np.random.default_rng(3)
+    table = ", ".join(f"{x:.4f}" for x in rng.standard_normal(48))
+    rel_v = ", ".join(f"{x:.4f}" for x in rng.standard_normal(48))
+    return BLOCK.format(table=table, rel_v=rel_v, value_term=value_term)
+
+
+def _attention(result) -> list:
+    """The attention regions fused or refused (partial matches elsewhere left out)."""
+    return [r for r in result.report.stages["fuse"].regions
+            if r.family == "attention" and r.status != "partial"]
+
+
+def test_a_term_that_reads_the_probabilities_is_refused_with_that_reason(make_model):
+    proto = make_model(_block(VALUE_TERM))
+    result = run_pipeline(proto, OptimizeOptions(target="cpu", debug=True))
+    (region,) = _attention(result)
+    assert (region.status, region.code) == ("refused", "probabilities_read_outside")
+    assert region.detail == (
+        "%Softmax_1_out0: the attention probabilities are also read by MatMul_6 (MatMul), not "
+        "only by P·V (a relative-value term, or the weights returned): AttentionFused outputs "
+        "P·V alone")
+    assert verify_models(proto, result.proto).ok
+
+
+def test_without_the_value_term_the_relative_key_term_is_a_bias(make_model):
+    proto = make_model(_block(NO_VALUE_TERM))
+    result = run_pipeline(proto, OptimizeOptions(target="cpu", debug=True))
+    (region,) = _attention(result)
+    assert region.status == "fused", region.detail
+    assert "+ bias" in region.detail
+    assert verify_models(proto, result.proto).ok
+
+
+def test_other_intermediates_read_outside_keep_the_general_reason(make_model):
+    """Only the probabilities get the precise reason: scores read elsewhere are the driver's
+    own refusal, unchanged."""
+    text = _block(NO_VALUE_TERM).replace(
+        "=> (float[B, 2, 6, 8] o)", "=> (float[B, 2, 6, 8] o, float[B, 2, 6, 6] w)").replace(
+        "o = Identity (pv)", "o = Identity (pv)\n    w = Relu (masked)")
+    proto = make_model(text)
+    result = run_pipeline(proto, OptimizeOptions(target="cpu", debug=True))
+    (region,) = _attention(result)
+    assert (region.status, region.code) == ("refused", "used_outside_match")
+    assert verify_models(proto, result.proto).ok
+
+
+# ------------------------------------------------------------------ the exported VITS encoder
+
+
+def _inputs(batch: int, seq: int, seed: int) -> dict:
+    rng = np.random.default_rng(seed)
+    mask = np.ones((batch, seq), np.int64)
+    for row in range(1, batch):
+        mask[row, seq - row * seq // 4:] = 0  # right padding, more on each row
+    return {"input_ids": rng.integers(2, VOCAB, (batch, seq), dtype=np.int64),
+            "attention_mask": mask}
+
+
+def _assert_same(original, optimized) -> None:
+    want_s = ort.InferenceSession(original, providers=["CPUExecutionProvider"])
+    got_s = ort.InferenceSession(optimized.SerializeToString(), providers=["CPUExecutionProvider"])
+    for batch, seq in ((2, 8), (3, 16)):
+        feeds = _inputs(batch, seq, seed=seq)
+        want = want_s.run(None, feeds)[0]
+        got = got_s.run(None, feeds)[0]
+        err = float(np.abs(got - want).max()) / max(1.0, float(np.abs(want).max()))
+        assert err < 1e-5, (batch, seq, err)
+
+
+def test_vits_dynamo_attention_is_refused_because_the_value_term_reads_p(models_dir):
+    path = str(models_dir / "refused" / "vits.dynamo.onnx")
+    result = run_pipeline(path, OptimizeOptions(target="cpu", debug=True))
+    regions = _attention(result)
+    assert [(r.status, r.code) for r in regions] == [("refused", "probabilities_read_outside")]
+    assert regions[0].detail == (
+        "%Softmax_out0: the attention probabilities are also read by node_pad_4 (Pad), not only "
+        "by P·V (a relative-value term, or the weights returned): AttentionFused outputs P·V "
+        "alone")
+    _assert_same(path, result.proto)
+
+
+def _without_value_term(path: str) -> onnx.ModelProto:
+    """The export with its relative-value term dropped (``attn_output += rel_pos_bias`` made
+    ``attn_output``): what VITS's attention would be if only its scores were relative."""
+    proto = onnx.load(path)
+    nodes = proto.graph.node
+    softmax = next(n for n in nodes if n.op_type == "Softmax")
+    pv = next(n for n in nodes if n.op_type == "MatMul" and softmax.output[0] in n.input)
+    add = next(n for n in nodes if n.op_type == "Add" and pv.output[0] in n.input)
+    add.op_type = "Identity"
+    del add.input[:]
+    add.input.append(pv.output[0])
+    return proto
+
+
+def test_vits_dynamo_relative_key_term_fuses_as_a_bias(models_dir, tmp_path):
+    """Step 2 of the VITS work: the relative-key term (Q times the relative key table, brought
+    to absolute positions by pad-and-reshape) is taken as a computed bias."""
+    proto = _without_value_term(str(models_dir / "refused" / "vits.dynamo.onnx"))
+    path = tmp_path / "vits_no_value_term.onnx"
+    onnx.save_model(proto, path)
+    result = run_pipeline(str(path), OptimizeOptions(target="cpu", debug=True))
+    regions = _attention(result)
+    assert [r.status for r in regions] == ["fused"], [r.detail for r in regions]
+    assert regions[0].detail == "heads 2, mask additive, + bias"
+    _assert_same(str(path), result.proto)
+
+
+@pytest.mark.parametrize("exporter", ["ts", "dynamo"])
+def test_vits_optimized_computes_the_same(models_dir, exporter):
+    path = str(models_dir / "refused" / f"vits.{exporter}.onnx")
+    result = run_pipeline(path, OptimizeOptions(target="cpu", debug=True))
+    assert not any(r.status == "fused" for r in _attention(result))
+    # (the normalized graph is larger — unmerge_heads' run-time head splits — the output is not)
+    assert sum(result.report.nodes_after.values()) <= sum(result.report.nodes_before.values())
+    _assert_same(path, result.proto)
+
+
+@pytest.mark.parametrize("exporter", ["ts", "dynamo"])
+def test_vits_normalized_is_bitwise(models_dir, exporter, tmp_path, monkeypatch):
+    """Normalization alone (softmax_out_of_merge among it) computes bit for bit what the model
+    did (ONNX Runtime running the ops as written, as tests/test_no_fuse_bitwise.py does)."""
+    plain = evaluation.session
+    monkeypatch.setattr(compare.evaluation, "session",
+                        lambda *a, **k: plain(*a, **{**k, "optimize": False}))
+    path = models_dir / "refused" / f"vits.{exporter}.onnx"
+    out = tmp_path / "normalized.onnx"
+    onnxopt.optimize(str(path), output=out, rules=False)
+    report = onnxopt.verify(path, out)
+    assert report.ok and report.bitwise, [(o.name, o.max_abs) for o in report.outputs]
