@@ -1,7 +1,7 @@
 """Exactness on every shipped model: what non-exact rewrites fusion kept, what it refused, and
 whether normalization alone computes bit for bit what the input did.
 
-For each model of ``models/`` and ``models/other/``: the fusions (per rule), how many rounds
+For each model of ``models/``, ``models/with_past/`` and ``models/other/``: the fusions (per rule), how many rounds
 normalization and fusion took, the non-exact rewrites refused (per pass) because nothing
 fused confined them, the non-exact rewrites the fused regions hold, and, with fusion off
 (``rules=False``: normalization alone), whether every output is bitwise equal to the input's
@@ -54,7 +54,8 @@ def main() -> None:
     ap.add_argument("--markdown", default=None, help="also write the table here")
     args = ap.parse_args()
     _ops_as_written()
-    paths = sorted((ROOT / "models").glob("*.onnx")) + sorted((ROOT / "models/other").glob("*.onnx"))
+    paths = [p for folder in ("", "with_past", "other")
+             for p in sorted((ROOT / "models" / folder).glob("*.onnx"))]
     lines = [("| model | fused | rounds | refused (outside fusion) | held by fused regions "
              "| normalization alone bitwise |"), "|---|---|---|---|---|---|"]
     with tempfile.TemporaryDirectory() as tmp:

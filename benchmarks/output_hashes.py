@@ -1,4 +1,5 @@
-"""SHA-256 of every optimized `models/`, `models/other/` and `models/with_past/` file, against another checkout.
+"""SHA-256 of every optimized `models/`, `models/with_past/` and `models/other/` file, against
+another checkout.
 
     python benchmarks/output_hashes.py [--baseline /path/to/older/checkout] [--save F]
 
@@ -33,8 +34,8 @@ SETTINGS = {
 
 
 def models() -> list[Path]:
-    return [path for folder in ("models", "models/other", "models/with_past")
-            for path in sorted((ROOT / folder).glob("*.onnx"))]
+    return [p for folder in ("", "with_past", "other")
+            for p in sorted((ROOT / "models" / folder).glob("*.onnx"))]
 
 
 def hashes(settings: list[str]) -> dict[str, str]:

@@ -32,7 +32,8 @@ from fuzz.harness import deterministic, ort_session, run_original
 from fuzz.pool import build_case
 
 ROOT = Path(__file__).resolve().parent.parent
-OTHER = sorted((ROOT / "models" / "other").glob("*.onnx"))
+OTHER = [p for folder in ("with_past", "other")
+         for p in sorted((ROOT / "models" / folder).glob("*.onnx"))]
 FUZZ_SEED = 20240611
 
 
@@ -51,7 +52,7 @@ def _normalized(source, tmp_path: Path) -> Path:
 
 
 @pytest.mark.parametrize("path", OTHER, ids=[p.name for p in OTHER])
-def test_other_exporters_normalized_are_bitwise(path: Path, tmp_path: Path, ops_as_written):
+def test_other_folders_normalized_are_bitwise(path: Path, tmp_path: Path, ops_as_written):
     report = onnxopt.verify(path, _normalized(str(path), tmp_path))
     assert report.ok and report.bitwise, [(o.name, o.max_abs) for o in report.outputs]
 

@@ -46,7 +46,11 @@ def native_path(path: str) -> bool:
 
 
 def uses_onnxopt_kernels(proto: onnx.ModelProto) -> bool:
-    return any(n.domain.startswith("ai.onnxopt") for n in all_node_protos(proto.graph))
+    """Whether a node is in one of onnxopt's domains. ``proto`` may be an input read with its
+    text as it is (``read_model_proto(fix_text=False)``), where protobuf hands out a domain
+    that is not UTF-8 as ``bytes``: no domain of onnxopt's."""
+    return any(isinstance(n.domain, str) and n.domain.startswith("ai.onnxopt")
+               for n in all_node_protos(proto.graph))
 
 
 def session(model: str | os.PathLike | bytes | onnx.ModelProto,

@@ -12,6 +12,7 @@ as from ``SerializeToString``'s. Only the order of fields differs.
 
 from __future__ import annotations
 
+from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
 from google.protobuf.unknown_fields import UnknownFieldSet
 from onnx import GraphProto, ModelProto, TensorProto
@@ -72,15 +73,29 @@ def copy_without(message: Message, skipped: str) -> Message:
     """A copy of ``message`` holding every field it sets but ``skipped`` (listed, not copied)."""
     copy = type(message)()
     for field, value in message.ListFields():
-        if field.name == skipped:
-            continue
-        if field.is_repeated:
-            getattr(copy, field.name).extend(value)
-        elif field.type == field.TYPE_MESSAGE:
-            getattr(copy, field.name).CopyFrom(value)
-        else:
-            setattr(copy, field.name, value)
+        if field.name != skipped:
+            copy_field(copy, field, value)
     return copy
+
+
+def copy_field(target: Message, field: FieldDescriptor, value) -> None:
+    """Give ``target`` the ``field`` another message holds as ``value`` (a repeated field's
+    items appended). A string protobuf hands out as ``bytes`` — text that is not UTF-8, in an
+    input read as it is (``read_model_proto(fix_text=False)``: the input's own checks) — goes
+    in through its wire encoding, byte for byte: assigning it would decode it, and fail."""
+    if field.type == field.TYPE_STRING and (
+            isinstance(value, bytes) or (field.is_repeated and any(isinstance(x, bytes)
+                                                                   for x in value))):
+        items = value if field.is_repeated else [value]
+        target.MergeFromString(b"".join(
+            field_key(field.number) + encode_varint(len(b)) + b
+            for b in (x if isinstance(x, bytes) else x.encode("utf-8") for x in items)))
+    elif field.is_repeated:
+        getattr(target, field.name).extend(value)
+    elif field.type == field.TYPE_MESSAGE:
+        getattr(target, field.name).CopyFrom(value)
+    else:
+        setattr(target, field.name, value)
 
 
 def _names(encoding: memoryview, name: str) -> bool:

@@ -118,9 +118,13 @@ def classify_mask(model: Model, mask: Value, batch_dim, key_dim, query_dim) -> M
     try:
         verdict = ort_helper.ask(_probe, proto, [_Fed.of(v) for v in inputs],
                                  [_ShapeFed.of_leaf(v) for v in shape_leaves],
-                                 [_Fed.of(v) for v in candidates], sizes)
+                                 [_Fed.of(v) for v in candidates], sizes,
+                                 None if mask.shape is None else tuple(mask.shape))
     except NativeCrash as e:
         verdict = Refusal("mask_probe_crashed", f"ONNX Runtime {e}")
+    except MemoryError:  # a window's probe is some 17 M elements: more than a process may have
+        verdict = Refusal("mask_probe_out_of_memory",
+                          "the mask's probe ran out of memory (its structure is not claimed)")
     if verdict == HOLDS_BIAS:
         return MaskInfo(looks_causal=looks_causal, bias=True)
     if isinstance(verdict, str):  # the probe's own word (it runs in the ORT helper)
@@ -191,7 +195,7 @@ class _ShapeFed:
 
 
 def _probe(proto, inputs: list[_Fed], shape_leaves: list[_ShapeFed], candidates: list[_Fed],
-           sizes=PROBE_SIZES):
+           sizes=PROBE_SIZES, mask_shape: tuple | None = None):
     """The mask's votes at every probe size: (band votes, padding votes by candidate name),
     or why it could not be evaluated. Runs ONNX Runtime on a piece of the user's model, so it
     runs out of onnxopt's process, in the ORT helper (:func:`onnxopt.ort_helper.ask`): a
@@ -205,7 +209,9 @@ def _probe(proto, inputs: list[_Fed], shape_leaves: list[_ShapeFed], candidates:
     pad_votes: dict[str, list[bool]] = {c.name: [] for c in candidates}
     for batch, seq in sizes:
         evaluated = first_evaluable(
-            lambda length, batch=batch: _evaluate(sess, inputs, shape_leaves, batch, length), seq)
+            lambda length, batch=batch: _evaluate(sess, inputs, shape_leaves, batch, length), seq,
+            lambda length, batch=batch: _mask_elements(mask_shape, inputs, shape_leaves, batch,
+                                                       length))
         if isinstance(evaluated, str):
             return f"the mask cannot be evaluated ({evaluated})"
         symbols, feeds_full, values = evaluated
@@ -257,8 +263,11 @@ def _follows_padding(sess, feeds, full: np.ndarray, keep: np.ndarray) -> bool:
 
 
 def _masked(values: np.ndarray) -> np.ndarray | None:
-    """Boolean 'masked' view of an additive mask; None if it holds in-between values."""
-    values = np.asarray(values, dtype=np.float64)
+    """Boolean 'masked' view of an additive mask; None if it holds in-between values. Compared
+    in the mask's own float type (a float64 copy of a window's probe would be 128 MB more)."""
+    values = np.asarray(values)
+    if values.dtype.kind not in "f":
+        values = values.astype(np.float64)
     masked = values <= MASKED
     if not np.all(masked | (values == 0)):
         return None
@@ -365,6 +374,23 @@ def _evaluate(sess, inputs: list[_Fed], shape_leaves: list[_ShapeFed], batch: in
 
     result, error = evaluation.first_consistent(lengths, seq, attempt)
     return result if result is not None else evaluation.first_line(error)
+
+
+def _mask_elements(mask_shape: tuple | None, inputs: list[_Fed], shape_leaves: list[_ShapeFed],
+                   batch: int, length: int) -> int:
+    """The mask's elements at a probe length, estimated before it runs (the longer probes'
+    bound, :mod:`onnxopt.legality.probe_lengths`): a dim that does not evaluate at the probe's
+    sizes (unknown, or a symbol the probe does not size) counts as ``length``; a mask of
+    unknown rank as ``[batch, length, length]``."""
+    symbols = _symbols(inputs + [v.of for v in shape_leaves], batch, length)
+    total = 1
+    for d in (batch, length, length) if mask_shape is None else mask_shape:
+        try:
+            n = length if d is None else evaluate(d, symbols, default=length)
+        except (ValueError, ZeroDivisionError):  # a symbol of the file's own spelling
+            n = length
+        total *= max(int(n), 1)
+    return total
 
 
 def _symbols(inputs: list[_Fed], batch: int, seq: int) -> dict:

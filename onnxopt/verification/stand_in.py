@@ -35,7 +35,7 @@ import tempfile
 from onnx import ModelProto, TensorProto, helper
 
 from onnxopt.exporter.save import EXTERNAL_MARK
-from onnxopt.exporter.serialize import copy_without, model_bytes
+from onnxopt.exporter.serialize import copy_field, copy_without, model_bytes
 from onnxopt.importer.wire import STRIPPED_MIN_BYTES
 from onnxopt.ir.tensor import LazyTensor
 
@@ -138,16 +138,9 @@ def _described(t: TensorProto) -> TensorProto:
     skipped = {"raw_data", "external_data", "data_location", *_TYPED_FIELDS}
     light = TensorProto()
     for field in t.DESCRIPTOR.fields:
-        if field.name in skipped:
+        if field.name in skipped or (not field.is_repeated and not t.HasField(field.name)):
             continue
-        if field.is_repeated:
-            getattr(light, field.name).extend(getattr(t, field.name))
-        elif not t.HasField(field.name):
-            continue
-        elif field.type == field.TYPE_MESSAGE:
-            getattr(light, field.name).CopyFrom(getattr(t, field.name))
-        else:
-            setattr(light, field.name, getattr(t, field.name))
+        copy_field(light, field, getattr(t, field.name))
     return light
 
 

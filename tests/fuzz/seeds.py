@@ -336,18 +336,25 @@ def rms_swiglu() -> ModelProto:
         "wd": _rand(74, 16, h)})
 
 
+SEED_FOLDERS = ("", "with_past", "other")
+"""Where the shipped models lie under ``models/``: the exports, the decoders with a KV cache,
+and the other exporters' spellings (a new folder of models is a new seed folder here)."""
+
+
 def model_paths() -> list[Path]:
-    return sorted(MODELS_DIR.glob("*.onnx"))
+    return [p for folder in SEED_FOLDERS for p in sorted((MODELS_DIR / folder).glob("*.onnx"))]
 
 
 @cache
 def load_seed(name: str) -> ModelProto:
-    """A seed by name: a synthesized one, or a file stem in ``models/``."""
+    """A seed by name: a synthesized one, or a file stem under ``models/`` (``with_past/...``
+    for one in a seed folder)."""
     if name in SYNTHESIZED:
         return SYNTHESIZED[name]()
     return onnx.load(str(MODELS_DIR / f"{name}.onnx"))
 
 
 def seed_names(include_files: bool = True) -> list[str]:
-    files = [p.name[:-len(".onnx")] for p in model_paths()] if include_files else []
+    files = ([p.relative_to(MODELS_DIR).as_posix()[:-len(".onnx")] for p in model_paths()]
+             if include_files else [])
     return sorted(SYNTHESIZED) + files

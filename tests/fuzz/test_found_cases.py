@@ -3,7 +3,7 @@
 Why: each was a real failure of onnxopt (a valid model refused, an output ORT could
 not run, a changed result, an internal warning); the fix is in the code, and the
 recipe rebuilds the exact model, so a regression on any of them fails here with the
-same verdict the long run gave. Recipes are from runs 11 to 54
+same verdict the long run gave. Recipes are from runs 11 to 62
 (``benchmarks/fuzz_results.md``).
 """
 
@@ -111,6 +111,17 @@ FOUND = {
         "m54-119", "mistral.ts", 942415,
         [["attr_ints", 1242041138], ["infer_value_info", 53061609],
          ["swap_inputs", 2071599647]], False),
+    "mask_failing_at_every_length_of_a_merged_decoder": _mutant(
+        "m61-596", "other/merged_decoder_gpt2", 4719785,
+        [["node_domain", 517810944], ["bypass_node", 692434210]], False),
+    "domain_that_is_not_utf8_in_the_input": _mutant(
+        "m61-1445", "ml_only", 11443016,
+        [["attr_floats", 1776218471], ["attr_type", 1015442206],
+         ["corrupt_string", 3060340104]], False),
+    "doc_string_that_is_not_utf8_in_a_stand_in_copy": _mutant(
+        "m62-235", "other/int8_weight_only", 1861027,
+        [["rounding_tail", 637878811], ["input_shape", 360363818],
+         ["input_change", 4173161093], ["byte_flip", 1414653288]], False),
 }
 
 

@@ -147,3 +147,33 @@ def test_a_copy_that_cannot_be_written_leaves_the_checks_undone_and_says_why(mon
     assert found.unchecked == ("its copy for the checks could not be written (No space left on "
                                "device)")
     assert found.problems() == []
+
+
+def test_text_that_is_not_utf8_is_copied_byte_for_byte(weights, tmp_path):
+    """The input's own checks read it with its text as it is (fuzz run 62: an int8 model whose
+    doc string a flipped byte left not UTF-8): protobuf hands such text out as bytes, which
+    assigning to a string field decodes, and failed (an internal error)."""
+    big, _small, _table = weights
+    big.name = "wq~name"
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [N])
+    node = helper.make_node("Add", ["x", "wq~name"], ["y"], doc_string="node~doc")
+    model = _model([big], [node], [x], [helper.make_tensor_value_info("y", TensorProto.FLOAT, [N])])
+    model.doc_string, model.graph.doc_string = "model~doc", "graph~doc"
+    data = model.SerializeToString()
+    for mark, count in ((b"wq~name", 2), (b"node~doc", 1), (b"model~doc", 1), (b"graph~doc", 1)):
+        assert data.count(mark) == count
+        data = data.replace(mark, mark.replace(b"~", b"\xfa"))
+    broken = onnx.ModelProto()
+    broken.ParseFromString(data)
+    assert isinstance(broken.doc_string, bytes) and isinstance(broken.graph.doc_string, bytes)
+    copy = write_stand_in_copy(broken, parent=str(tmp_path))
+    try:
+        light = onnx.ModelProto()
+        with open(copy.path, "rb") as f:
+            light.ParseFromString(f.read())
+        assert (light.doc_string, light.graph.doc_string) == (b"model\xfadoc", b"graph\xfadoc")
+        assert light.graph.initializer[0].name == b"wq\xfaname"
+        assert light.graph.node == broken.graph.node
+        assert _info(light.graph.initializer[0])["location"] == STAND_IN_NAME
+    finally:
+        copy.discard()
