@@ -181,7 +181,16 @@ def _optimize(model: str, output: str, options: OptimizeOptions, given: dict, *,
         return data, None
     bad = ", ".join(o.name for o in verify_report.outputs if not o.ok)
     return data, VerificationError(f"optimized model differs from {model} beyond tolerance: "
-                                   f"{bad}; {output} was not written")
+                                   f"{bad}; {output} was not written"
+                                   + _assumed(result.report.stages.get("select")))
+
+
+def _assumed(select) -> str:
+    """Where a chosen kernel is not exact for every input (the report's ``assumes:`` lines),
+    the likeliest cause of a mismatch: the error names the kernels, so that the one line a
+    CI log keeps says where to look."""
+    assumed = sorted(getattr(select, "assumptions", dict)().items())
+    return "".join(f" ({kernel} was chosen assuming that {case})" for kernel, case in assumed)
 
 
 def _write_if_verified(result: OptimizeResult, output: str, model: str, given: dict,

@@ -106,3 +106,17 @@ def test_verify_bisect_of_a_model_onnxopt_does_not_make_says_only_that(cli, tmp_
     assert code == 1
     lines = [line for line in stdout.splitlines() if line.startswith("bisect:")]
     assert lines == ["bisect: optimized anew, the model verifies: there is nothing to bisect"]
+
+
+def test_the_error_names_a_kernel_chosen_with_an_assumption():
+    """A mismatch where a chosen kernel is not exact for every input (the flash kernel's rows
+    that see no key) names it in the one error line a CI log keeps."""
+    from onnxopt.commands.optimize_cmd import _assumed
+
+    class Select:
+        def assumptions(self):
+            return {"pycuda.flash_attention_f32": "a query that sees no key gives 0"}
+
+    assert _assumed(Select()) == (" (pycuda.flash_attention_f32 was chosen assuming that a "
+                                  "query that sees no key gives 0)")
+    assert _assumed(None) == ""
