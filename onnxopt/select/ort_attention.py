@@ -35,7 +35,7 @@ from onnxopt.ir.node import Node
 from onnxopt.legality.target import Target
 from onnxopt.ops import AttentionAttrs, MaskKind
 from onnxopt.refusal import Refusal, refusal
-from onnxopt.select._checks import no_softcap
+from onnxopt.select._checks import bnsh_inputs, no_softcap
 from onnxopt.select._emit import i64, scalar, zero_nan
 from onnxopt.select.kernel import BOTH_PROVIDERS, MS_DOMAIN, Backend, Kernel, Layout
 from onnxopt.select.layout import packed_heads
@@ -46,19 +46,6 @@ FLOAT_HALF = frozenset({"float32", "float16"})
 def _shapes(node: Node):
     q, k, v = node.inputs[:3]
     return q.shape, k.shape, v.shape
-
-
-def _bnsh(node: Node) -> Refusal | None:
-    """Rank-4 BNSH inputs with static heads and head sizes."""
-    q, k, v = node.inputs[:3]
-    if q.rank != 4 or k.rank != 4 or v.rank != 4:
-        return refusal("not_bnsh", f"needs rank-4 [B, H, S, D] inputs; %{q.name} has rank "
-                       f"{q.rank}", q.name)
-    for value in (q, k, v):
-        if not isinstance(value.shape[1], int) or not isinstance(value.shape[3], int):
-            return refusal("dynamic_heads", f"%{value.name}: heads and head size must be "
-                           f"static, got {list(value.shape)}", value.name)
-    return None
 
 
 def _mask_dtype(node: Node) -> Refusal | None:
@@ -79,7 +66,7 @@ def _mask_rank(node: Node) -> Refusal | None:
 
 def _mha_requires(repeat_kv: bool):
     def requires(node: Node, attrs: AttentionAttrs, target: Target) -> Refusal | None:
-        if reason := _bnsh(node) or _mask_dtype(node) or no_softcap(attrs):
+        if reason := bnsh_inputs(node) or _mask_dtype(node) or no_softcap(attrs):
             return reason
         (_, h, _, _), (_, hk, _, _), (_, hv, _, _) = _shapes(node)
         if h != hk or h != hv:
@@ -140,7 +127,7 @@ def _attention23_requires(node: Node, attrs: AttentionAttrs, target: Target
     if attrs.softcap and target.ort_version < (1, 31):
         return refusal("softcap_unchecked", "soft-caps before the mask as AttentionFused does "
                        "only as checked with ONNX Runtime 1.31; the target is older")
-    return _mask_rank(node) or _bnsh(node) or _mask_dtype(node)
+    return _mask_rank(node) or bnsh_inputs(node) or _mask_dtype(node)
 
 
 def _emit_attention23(b, node: Node, attrs: AttentionAttrs, target: Target):

@@ -48,7 +48,7 @@ from onnxopt.ir.value import Value
 from onnxopt.legality.target import Target
 from onnxopt.ops import AttentionAttrs
 from onnxopt.refusal import Refusal, refusal
-from onnxopt.select._checks import no_softcap
+from onnxopt.select._checks import bnsh_inputs, no_softcap
 from onnxopt.select._emit import i64, zero_nan
 from onnxopt.select.kernel import BOTH_PROVIDERS, MS_DOMAIN, Backend, Kernel, Layout
 from onnxopt.select.layout import packed_heads
@@ -90,14 +90,9 @@ def cache_concat(node: Node, which: int) -> tuple[Node, Value, Value] | Refusal:
 def _requires(node: Node, attrs: AttentionAttrs, target: Target) -> Refusal | None:
     if reason := no_softcap(attrs):
         return reason
+    if reason := bnsh_inputs(node):
+        return reason
     q, k, v = node.inputs[:3]
-    if q.rank != 4 or k.rank != 4 or v.rank != 4:
-        return refusal("not_bnsh", f"needs rank-4 [B, H, S, D] inputs; %{q.name} has rank "
-                       f"{q.rank}", q.name)
-    for value in (q, k, v):
-        if not isinstance(value.shape[1], int) or not isinstance(value.shape[3], int):
-            return refusal("dynamic_heads", f"%{value.name}: heads and head size must be "
-                           f"static, got {list(value.shape)}", value.name)
     if k.shape[1] != q.shape[1] or v.shape[1] != q.shape[1]:
         return refusal("grouped_query_cache", f"past_key has as many heads as the queries "
                        f"({q.shape[1]}); the cache has {k.shape[1]}: repeating its heads "
