@@ -23,7 +23,12 @@
 # DRY_RUN=1 runs the plumbing without a GPU (each step echoes what it would run); CI does, to
 # check the phases, the summary and the file count. Other environment: PYTHON (default
 # python3), QUICK=1 (benchmark: fewer sizes), LIBCUDA_DIR (a folder with libcuda.so, if
-# PyCUDA's build cannot find one).
+# PyCUDA's build cannot find one), TEST_ARGS (more pytest arguments, e.g. "-n 8" for
+# pytest-xdist), TEST_TIMEOUT and BENCH_TIMEOUT (seconds for the test step and for each
+# benchmark step, so that a slow step still leaves the summary and the logs to come back).
+#
+# Building PyCUDA takes minutes of device time, so the wheel it builds is a third file in $OUT:
+# put it in benchmarks/_wheels/ (untracked) and the next fresh machine installs it instead.
 #
 # benchmarks/_wheels/ is filled once, on a machine with network access (cp312, x86-64 Linux):
 #     pip download --no-deps --no-binary pycuda pycuda -d benchmarks/_wheels
@@ -117,10 +122,21 @@ CUDA_ENABLE_CURAND = False
 CUDADRV_LIB_DIR = [$libdirs]
 CUDART_LIB_DIR = [$libdirs]
 EOF
-    echo "pycuda: building from $WHEELS (CUDA_ROOT=$cuda_root) ..."
-    HOME=$cfg "$PY" -m pip install --no-index --find-links "$WHEELS" --no-build-isolation \
-        pycuda >"$LOGS/pycuda_install.log" 2>&1
-    local rc=$?
+    local built=$cfg/wheel rc=0
+    if ls "$WHEELS"/pycuda-*-cp*.whl >/dev/null 2>&1; then
+        echo "pycuda: installing the wheel an earlier check built"
+    else
+        # One compiler per extension module at a time (distutils' build_ext --parallel).
+        printf '[build_ext]\nparallel = 16\n' >"$cfg/parallel.cfg"
+        echo "pycuda: building from $WHEELS (CUDA_ROOT=$cuda_root) ..."
+        HOME=$cfg DIST_EXTRA_CONFIG=$cfg/parallel.cfg "$PY" -m pip wheel --no-deps \
+            --no-build-isolation --no-index -w "$built" "$WHEELS"/pycuda-*.tar.gz \
+            >"$LOGS/pycuda_build.log" 2>&1 || rc=$?
+        tail -n 3 "$LOGS/pycuda_build.log"
+        cp "$built"/pycuda-*.whl "$OUT"/ 2>/dev/null || true
+    fi
+    ((rc)) || HOME=$cfg "$PY" -m pip install --no-index --find-links "$WHEELS" \
+        --find-links "$built" --no-build-isolation pycuda >"$LOGS/pycuda_install.log" 2>&1 || rc=$?
     tail -n 5 "$LOGS/pycuda_install.log"
     if ((rc)) || ! "$PY" -c "import pycuda.driver"; then
         echo "pycuda: install FAILED (see $LOGS/pycuda_install.log); continuing without it"
@@ -187,11 +203,14 @@ if [ "$PHASE" = 1 ] || [ "$PHASE" = all ]; then
     step library build_library
     step images build_images
     step device probe_device
-    step gpu_tests "$PY" -m pytest -q -m gpu tests/kernels tests/runtime -rs -p no:cacheprovider
+    # shellcheck disable=SC2086 - TEST_ARGS is a list of words
+    step gpu_tests timeout "${TEST_TIMEOUT:-0}" "$PY" -m pytest -q -m gpu tests/kernels \
+        tests/runtime -rs -p no:cacheprovider ${TEST_ARGS:-}
 fi
 if [ "$PHASE" = 2 ] || [ "$PHASE" = all ]; then
-    step kernels_vs_torch "$PY" benchmarks/gpu_kernels.py --out "$LOGS" ${quick[@]+"${quick[@]}"}
-    step library_overhead "$PY" benchmarks/bridge_overhead.py
+    step kernels_vs_torch timeout "${BENCH_TIMEOUT:-0}" "$PY" benchmarks/gpu_kernels.py \
+        --out "$LOGS" ${quick[@]+"${quick[@]}"}
+    step library_overhead timeout "${BENCH_TIMEOUT:-0}" "$PY" benchmarks/bridge_overhead.py
 fi
 summary
 status=$?
