@@ -31,6 +31,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import onnx
 
 from onnxopt import evaluation, ort_helper
 from onnxopt.ir.dtypes import numpy_dtype
@@ -110,6 +111,8 @@ def classify_mask(model: Model, mask: Value, batch_dim, key_dim, query_dim) -> M
     if proto is None:
         return MaskInfo(looks_causal=looks_causal, reason=Refusal(
             "mask_not_cut_out", "the mask's subgraph cannot be cut out"))
+    if mask.dtype == "bfloat16":
+        _widen_output(proto)
     reach = reach_probe_size(nodes)
     planes = int(np.prod([d for d in (mask.shape or ())[1:-2] if isinstance(d, int)]))
     if reach is not None and (reach > REACH_CAP + 2 or planes * reach * reach > REACH_ELEMENTS):
@@ -192,6 +195,17 @@ class _ShapeFed:
     def of_leaf(cls, v: Value) -> _ShapeFed:
         node = v.producer
         return cls(v.name, _Fed.of(node.inputs[0]), node.attr("start", 0), node.attr("end"))
+
+
+def _widen_output(proto) -> None:
+    """The probe reads a bfloat16 mask as float32 (exactly: every bfloat16 is a float32), since
+    ONNX Runtime's Python binding hands no bfloat16 array back."""
+    out = proto.graph.output[0]
+    wide = f"{out.name}.float32"
+    proto.graph.node.append(onnx.helper.make_node("Cast", [out.name], [wide],
+                                                  to=onnx.TensorProto.FLOAT))
+    out.name = wide
+    out.type.tensor_type.elem_type = onnx.TensorProto.FLOAT
 
 
 def _probe(proto, inputs: list[_Fed], shape_leaves: list[_ShapeFed], candidates: list[_Fed],

@@ -76,6 +76,13 @@ CASES = {
     "cast_to_half": ("float16[2]", """
         a = Constant<value = float[2] {0.1, 70000.0}>()
         r = Cast<to = 10>(a)"""),
+    # float32 -> bfloat16 rounds to nearest, ties to even, as ORT's Cast does: a tie
+    # (1.00390625), a tie rounding up to even (1.01171875), values that round up and down
+    "cast_to_bfloat16_and_back": ("float[6]", """
+        a = Constant<value = float[6] {0.1, 1.00390625, 1.01171875, 0.08838834764831845,
+                                       -10000.0, 3.3e38}>()
+        b = Cast<to = 16>(a)
+        r = Cast<to = 1>(b)"""),
     "reshape_zero_minus_one": ("float[2, 6, 1]", """
         a = Constant<value = float[2, 3, 2] {1,2,3,4,5,6,7,8,9,10,11,12}>()
         s = Constant<value = int64[3] {0, -1, 1}>()
@@ -403,3 +410,13 @@ def _sliced_shape(starts, ends, axes, steps):
             st_, en = max(-1, min(st_, dim - 1)), max(-1, min(en, dim - 1))
         out[ax] = len(range(st_, en, sp))
     return out
+
+
+def test_a_cast_to_bfloat16_folds_only_from_finite_float32(check):
+    kept = check("""
+    g () => (float[2] Y) {
+      a = Constant<value = float[2] {1.0, inf}>()
+      b = Cast<to = 16>(a)
+      Y = Cast<to = 1>(b)
+    }""", fold_constants)
+    assert kept.ops == ["Cast", "Cast"], kept.after
