@@ -7,6 +7,9 @@ default dispatch, and forced to the FlashAttention-2 backend), B=4, H=16, S in {
 16384}, D in {32, 64, 80, 96, 128, 256} ({64, 128} with --quick), bf16 and fp16, causal and not. TFLOP/s counts 4*B*H*S*S*D, halved when
 causal. Each row also gives our max |error| against SDPA's output, so a fast wrong kernel shows.
 
+Decode steps: one query row against a cache of 1,024-16,384 keys, D=128, GQA (32/8 heads) and
+not (32/32), batch 1 and 4; microseconds and GB/s of the cache read, against SDPA.
+
 Norms and activations: GB/s (bytes read + written once) against a device-to-device copy of the
 same size, and against the PyTorch equivalent.
 
@@ -153,6 +156,46 @@ def attention_rows(quick: bool) -> list[dict]:
     return rows
 
 
+def decode_case(b: int, h: int, hkv: int, skv: int, d: int, dtype_name: str) -> dict:
+    """One query row per sequence against a cache of ``skv`` keys (a decode step): bound by
+    reading K and V, so the figure is GB/s of the cache read, against SDPA on the same tensors
+    (``enable_gqa`` where the cache has fewer heads)."""
+    dtype = DTYPES[dtype_name]
+    q = torch.randn(b, h, 1, d, device="cuda", dtype=dtype)
+    k, v = (torch.randn(b, hkv, skv, d, device="cuda", dtype=dtype) for _ in range(2))
+    o = torch.empty_like(q)
+    cache_bytes = 2 * k.numel() * k.element_size()
+
+    def ours():  # causal with the query at the end: it sees every key
+        kernels.flash_attention(q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), b, h,
+                                hkv, 1, skv, d, None, True, dtype_name, stream())
+
+    def sdpa():
+        return F.scaled_dot_product_attention(q, k, v, enable_gqa=hkv != h)
+
+    t_ours, how = bench(ours, inner=10)
+    err = (o.float() - sdpa().float()).abs().max().item()
+    t_sdpa, _ = bench(sdpa, inner=10)
+    row = {"dtype": dtype_name, "B": b, "H": h, "Hkv": hkv, "Skv": skv, "D": d,
+           "ours_us": t_ours * 1e3, "sdpa_us": t_sdpa * 1e3,
+           "ours_gbs": cache_bytes / t_ours / 1e6, "sdpa_gbs": cache_bytes / t_sdpa / 1e6,
+           "ratio_vs_sdpa": t_sdpa / t_ours, "max_abs_err": err, "timing": how}
+    print(f"  decode {dtype_name} B={b} H={h}/{hkv} Skv={skv}: {row['ours_us']:.1f} us "
+          f"({row['ours_gbs']:.0f} GB/s) vs SDPA {row['sdpa_us']:.1f} us "
+          f"({row['ratio_vs_sdpa']:.2f}x), err {err:.2e}", file=sys.stderr)
+    return row
+
+
+def decode_rows(quick: bool) -> list[dict]:
+    rows = []
+    for dtype_name in ("float16",) if quick else DTYPES:
+        for b, h, hkv in ((1, 32, 8), (4, 32, 8), (4, 32, 32)):
+            for skv in (1024, 4096, 16384):
+                rows.append(decode_case(b, h, hkv, skv, 128, dtype_name))
+                torch.cuda.empty_cache()
+    return rows
+
+
 def memory_cases(n_rows: int, hidden: int, dtype_name: str) -> list[dict]:
     dtype = {**DTYPES, "float32": torch.float32}[dtype_name]
     x = torch.randn(n_rows, hidden, device="cuda", dtype=dtype)
@@ -243,7 +286,20 @@ def memory_rows(quick: bool) -> list[dict]:
     return rows
 
 
-def markdown(att: list[dict], mem: list[dict], header: str) -> str:
+def decode_markdown(rows: list[dict]) -> list[str]:
+    out = ["", "## Decode steps (one query row, D=128, causal at the end of the cache)", "",
+           ("| dtype | B | H/Hkv | Skv | ours us | SDPA us | ours GB/s | SDPA GB/s | ours/SDPA "
+            "| max abs err | timing |"), "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        out.append(f"| {r['dtype']} | {r['B']} | {r['H']}/{r['Hkv']} | {r['Skv']} | "
+                   f"{r['ours_us']:.1f} | {r['sdpa_us']:.1f} | {r['ours_gbs']:.0f} | "
+                   f"{r['sdpa_gbs']:.0f} | {r['ratio_vs_sdpa']:.2f} | {r['max_abs_err']:.2e} | "
+                   f"{r['timing']} |")
+    return out
+
+
+def markdown(att: list[dict], mem: list[dict], header: str,
+             dec: list[dict] | None = None) -> str:
     out = [header, "", "## Attention (B=4, H=16, Sq=Skv=S)", ""]
     out.append(
         "| dtype | D | S | causal | ours TFLOP/s | SDPA TFLOP/s | SDPA-flash TFLOP/s | "
@@ -256,6 +312,8 @@ def markdown(att: list[dict], mem: list[dict], header: str) -> str:
             f"{r['sdpa_tflops']:.1f} | {r['sdpa_flash_tflops']:.1f} | {r['ratio_vs_sdpa']:.2f} | "
             f"{r['ratio_vs_flash']:.2f} | {r['max_abs_err']:.2e} | {r['timing']} |"
         )
+    if dec:
+        out += decode_markdown(dec)
     out += ["", "## Norms and activations (bytes read + written once)", ""]
     out.append(
         "| op | dtype | rows x hidden | ours GB/s | copy GB/s | of copy | vs torch | timing |"
@@ -274,7 +332,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer sizes")
     parser.add_argument("--out", type=Path, help="write gpu_kernels.md and gpu_kernels.json here")
-    parser.add_argument("--only", choices=["attention", "memory"], help="run one half")
+    parser.add_argument("--only", choices=["attention", "decode", "memory"],
+                        help="run one part")
     args = parser.parse_args()
     if not torch.cuda.is_available():
         print("no CUDA device", file=sys.stderr)
@@ -285,15 +344,17 @@ def main() -> int:
         f"# gpu_kernels: {props.name}, {props.multi_processor_count} SMs, torch "
         f"{torch.__version__} (CUDA {torch.version.cuda})"
     )
-    att = [] if args.only == "memory" else attention_rows(args.quick)
-    mem = [] if args.only == "attention" else memory_rows(args.quick)
-    text = markdown(att, mem, header)
+    att = attention_rows(args.quick) if args.only in (None, "attention") else []
+    dec = decode_rows(args.quick) if args.only in (None, "decode") else []
+    mem = memory_rows(args.quick) if args.only in (None, "memory") else []
+    text = markdown(att, mem, header, dec)
     print(text)
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / "gpu_kernels.md").write_text(text)
         (args.out / "gpu_kernels.json").write_text(
-            json.dumps({"device": props.name, "attention": att, "memory": mem}, indent=1)
+            json.dumps({"device": props.name, "attention": att, "decode": dec, "memory": mem},
+                       indent=1)
         )
     return 0
 
