@@ -85,6 +85,20 @@ def sdpa_flash(q, k, v, causal):
         return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
 
 
+def sdpa_math(q, k, v, causal: bool, gqa: bool = False):
+    """SDPA's math backend: MatMul, softmax, MatMul as separate kernels, which is what a
+    model's own decomposition runs (the stand-in for "the decomposition" in the cost model)."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    with sdpa_kernel(SDPBackend.MATH):
+        return F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=gqa)
+
+
+# The math backend holds the [B, H, S, S] scores (4 GiB at S=16384 in 16-bit, several copies):
+# timed up to this length.
+MATH_MAX_S = 4096
+
+
 def attention_case(q, k, v, o, causal: bool, dtype_name: str) -> dict:
     b, h, s, d = q.shape
     flops = 4 * b * h * s * s * d / (2 if causal else 1)
@@ -119,6 +133,8 @@ def attention_case(q, k, v, o, causal: bool, dtype_name: str) -> dict:
     except Exception as error:  # noqa: BLE001 - report the rest without this column
         print(f"  (SDPA flash backend unavailable: {error})", file=sys.stderr)
         t_fa2 = math.nan
+    t_math = bench(lambda: sdpa_math(q, k, v, causal), inner=inner)[0] if s <= MATH_MAX_S \
+        else math.nan
     row = {
         "dtype": dtype_name,
         "D": d,
@@ -131,6 +147,7 @@ def attention_case(q, k, v, o, causal: bool, dtype_name: str) -> dict:
         "sdpa_flash_tflops": flops / t_fa2 / 1e9,
         "ratio_vs_sdpa": t_sdpa / t_ours,
         "ratio_vs_flash": t_fa2 / t_ours,
+        "ratio_vs_math": t_math / t_ours,
         "max_abs_err": err,
         "timing": how,
     }
@@ -176,8 +193,10 @@ def decode_case(b: int, h: int, hkv: int, skv: int, d: int, dtype_name: str) -> 
     t_ours, how = bench(ours, inner=10)
     err = (o.float() - sdpa().float()).abs().max().item()
     t_sdpa, _ = bench(sdpa, inner=10)
+    t_math, _ = bench(lambda: sdpa_math(q, k, v, False, hkv != h), inner=10)
     row = {"dtype": dtype_name, "B": b, "H": h, "Hkv": hkv, "Skv": skv, "D": d,
-           "ours_us": t_ours * 1e3, "sdpa_us": t_sdpa * 1e3,
+           "ours_us": t_ours * 1e3, "sdpa_us": t_sdpa * 1e3, "math_us": t_math * 1e3,
+           "ratio_vs_math": t_math / t_ours,
            "ours_gbs": cache_bytes / t_ours / 1e6, "sdpa_gbs": cache_bytes / t_sdpa / 1e6,
            "ratio_vs_sdpa": t_sdpa / t_ours, "max_abs_err": err, "timing": how}
     print(f"  decode {dtype_name} B={b} H={h}/{hkv} Skv={skv}: {row['ours_us']:.1f} us "
@@ -288,13 +307,14 @@ def memory_rows(quick: bool) -> list[dict]:
 
 def decode_markdown(rows: list[dict]) -> list[str]:
     out = ["", "## Decode steps (one query row, D=128, causal at the end of the cache)", "",
-           ("| dtype | B | H/Hkv | Skv | ours us | SDPA us | ours GB/s | SDPA GB/s | ours/SDPA "
-            "| max abs err | timing |"), "|---|---|---|---|---|---|---|---|---|---|---|"]
+           ("| dtype | B | H/Hkv | Skv | ours us | SDPA us | math us | ours GB/s | SDPA GB/s "
+            "| ours/SDPA | ours/math | max abs err | timing |"),
+           "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         out.append(f"| {r['dtype']} | {r['B']} | {r['H']}/{r['Hkv']} | {r['Skv']} | "
-                   f"{r['ours_us']:.1f} | {r['sdpa_us']:.1f} | {r['ours_gbs']:.0f} | "
-                   f"{r['sdpa_gbs']:.0f} | {r['ratio_vs_sdpa']:.2f} | {r['max_abs_err']:.2e} | "
-                   f"{r['timing']} |")
+                   f"{r['ours_us']:.1f} | {r['sdpa_us']:.1f} | {r['math_us']:.1f} | "
+                   f"{r['ours_gbs']:.0f} | {r['sdpa_gbs']:.0f} | {r['ratio_vs_sdpa']:.2f} | "
+                   f"{r['ratio_vs_math']:.2f} | {r['max_abs_err']:.2e} | {r['timing']} |")
     return out
 
 
@@ -303,14 +323,15 @@ def markdown(att: list[dict], mem: list[dict], header: str,
     out = [header, "", "## Attention (B=4, H=16, Sq=Skv=S)", ""]
     out.append(
         "| dtype | D | S | causal | ours TFLOP/s | SDPA TFLOP/s | SDPA-flash TFLOP/s | "
-        "ours/SDPA | ours/flash | max abs err | timing |"
+        "ours/SDPA | ours/flash | ours/math | max abs err | timing |"
     )
-    out.append("|---|---|---|---|---|---|---|---|---|---|---|")
+    out.append("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in att:
         out.append(
             f"| {r['dtype']} | {r['D']} | {r['S']} | {r['causal']} | {r['ours_tflops']:.1f} | "
             f"{r['sdpa_tflops']:.1f} | {r['sdpa_flash_tflops']:.1f} | {r['ratio_vs_sdpa']:.2f} | "
-            f"{r['ratio_vs_flash']:.2f} | {r['max_abs_err']:.2e} | {r['timing']} |"
+            f"{r['ratio_vs_flash']:.2f} | {r['ratio_vs_math']:.2f} | {r['max_abs_err']:.2e} | "
+            f"{r['timing']} |"
         )
     if dec:
         out += decode_markdown(dec)
