@@ -24,7 +24,7 @@ Usage::
     python models/export.py with-past [--only gpt2,llama,...] [--exporter ts|dynamo|both] [--out DIR]
     python models/export.py vits [--exporter ts|dynamo|both] [--out DIR]   (to models/refused/)
     python models/export.py merged [--only gpt2,llama] [--exporter ts|dynamo|both] [--out DIR]
-        (to models/other/: Optimum-style merged decoders, see ``merge_decoders.py``)
+        (to models/other/merged/: Optimum-style merged decoders, see ``merge_decoders.py``)
 
 ``with-past`` exports Optimum-style ``decoder_with_past`` steps (key/value cache in and out,
 see ``DecoderWithPastWrapper``) of the decoder-only families in ``WITH_PAST``.
@@ -1111,11 +1111,11 @@ def verify_merged(name: str, path: str) -> float:
 
 def main_merged(argv: list[str] | None = None) -> int:
     """``python models/export.py merged [--only gpt2,llama] [--exporter ts|dynamo|both]``:
-    merged decoders (``merged_NAME.TAG.onnx``, to ``models/other/`` by default)."""
+    merged decoders (``merged_NAME.TAG.onnx``, to ``models/other/merged/`` by default)."""
     ap = argparse.ArgumentParser(prog="export.py merged")
     ap.add_argument("--only", default=",".join(MERGED))
     ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)),
-                                                  "other"))
+                                                  "other", "merged"))
     ap.add_argument("--exporter", choices=["ts", "dynamo", "both"], default="both")
     args = ap.parse_args(argv)
     os.makedirs(args.out, exist_ok=True)

@@ -29,6 +29,16 @@ def _content_key(t: onnx.TensorProto) -> tuple:
     return t.data_type, tuple(t.dims), hashlib.sha256(data).hexdigest()
 
 
+_INTEGER_TYPES = frozenset({onnx.TensorProto.INT64, onnx.TensorProto.INT32, onnx.TensorProto.BOOL})
+
+
+def _stays_in_branch(t: onnx.TensorProto) -> bool:
+    """Scalars and 1-D integer tensors (shape arithmetic, axes, a float epsilon) are kept in
+    each branch, as Optimum keeps them: they cost nothing twice, and a branch stays readable
+    on its own."""
+    return len(t.dims) == 0 or (len(t.dims) == 1 and t.data_type in _INTEGER_TYPES)
+
+
 def _rename_in_graph(graph: onnx.GraphProto, names: dict[str, str]) -> None:
     """Rename values everywhere in ``graph`` and its subgraphs (node inputs and outputs,
     initializers, value_info, outputs)."""
@@ -61,7 +71,8 @@ def merge_decoders(with_past: onnx.ModelProto, no_past: onnx.ModelProto,
 
     Both exports must name their outputs alike, in the same order, and the no-past inputs
     must be among the with-past ones. Initializers found in both (same type, shape, bytes)
-    move to the top level once, under the with-past name; the rest stay in their branch.
+    move to the top level once, under the with-past name, except scalars and 1-D integer
+    tensors; the rest stay in their branch.
     Values a branch defines that would shadow a top-level name are renamed.
     """
     wp, np_ = onnx.ModelProto(), onnx.ModelProto()
@@ -83,7 +94,7 @@ def merge_decoders(with_past: onnx.ModelProto, no_past: onnx.ModelProto,
     taken = set(top_inputs) | set(outputs)
     for t in wp.graph.initializer:
         key = _content_key(t)
-        if key not in np_keys or np_keys[key] in np_names:
+        if key not in np_keys or np_keys[key] in np_names or _stays_in_branch(t):
             continue
         name, k = t.name, 0
         while name in taken:

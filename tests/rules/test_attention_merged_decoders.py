@@ -1,4 +1,4 @@
-"""Attention in both branches of real merged decoders (``models/other/merged_*.onnx``).
+"""Attention in both branches of real merged decoders (``models/other/merged/merged_*.onnx``).
 
 Each file is a GPT-2 or LLaMA (GQA 4/2) decoder exported twice by one PyTorch exporter
 (TorchScript or dynamo) — the prompt step without a cache and the step with one — and merged
@@ -32,7 +32,7 @@ from onnxopt.options import OptimizeOptions
 from onnxopt.pipeline import run_pipeline
 from onnxopt.rules import all_rules
 
-OTHER = Path(__file__).resolve().parents[2] / "models" / "other"
+OTHER = Path(__file__).resolve().parents[2] / "models" / "other" / "merged"
 MERGED = ["merged_gpt2.ts", "merged_gpt2.dynamo", "merged_llama.ts", "merged_llama.dynamo"]
 LAYERS = 2
 

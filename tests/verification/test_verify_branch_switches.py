@@ -15,7 +15,7 @@ from onnxopt.pipeline import run_pipeline
 from onnxopt.verification import verify_models
 from onnxopt.verification.compare import VerifyReport, _switches
 
-OTHER = Path(__file__).resolve().parents[2] / "models" / "other"
+OTHER = Path(__file__).resolve().parents[2] / "models" / "other" / "merged"
 
 
 @pytest.mark.parametrize("name", ["merged_llama.dynamo", "merged_gpt2.ts"])
