@@ -7,7 +7,7 @@ layer), and the refusal codes of the rest.
 repeat's key length read from ``Shape(attention_mask)`` instead of ``Shape(input_ids)`` (the
 issue's spelling: ``total_sequence`` at the top level, equal to ``sequence`` in that branch).
 
-    python benchmarks/merged_decoder_coverage.py [--mask-length-repeat] [--markdown]
+    python benchmarks/merged_decoder_coverage.py [--mask-length-repeat] [--markdown] [FILE ...]
 """
 
 from __future__ import annotations
@@ -23,12 +23,12 @@ from onnx import helper
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from onnxopt import normalize  # noqa: E402
-from onnxopt.fuse import fuse  # noqa: E402
-from onnxopt.importer import import_model  # noqa: E402
-from onnxopt.legality.target import Target  # noqa: E402
-from onnxopt.options import OptimizeOptions  # noqa: E402
-from onnxopt.rules import all_rules  # noqa: E402
+from onnxopt import normalize
+from onnxopt.fuse import fuse
+from onnxopt.importer import import_model
+from onnxopt.legality.target import Target
+from onnxopt.options import OptimizeOptions
+from onnxopt.rules import all_rules
 
 FILES = [*sorted((ROOT / "models" / "other" / "merged").glob("*.onnx")),
          *sorted((ROOT / "models" / "other").glob("merged_decoder_*.onnx"))]
@@ -77,9 +77,10 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--mask-length-repeat", action="store_true")
     ap.add_argument("--markdown", action="store_true")
+    ap.add_argument("files", nargs="*", type=Path, help="default: the shipped merged decoders")
     args = ap.parse_args()
     rows = []
-    for path in FILES:
+    for path in args.files or FILES:
         proto = onnx.load(str(path))
         layers = sum(1 for o in proto.graph.output if o.name.endswith(".key"))
         variants = [("as exported", proto)]
