@@ -1057,33 +1057,34 @@ MERGED = ("gpt2", "llama")  # shipped; any WITH_PAST family exports
 MERGED_VOCAB = 256  # the embedding (and llama's own head) are most of the file: kept small
 
 
-def build_merged(name: str) -> tuple[DecoderWithPastWrapper, DecoderNoPastWrapper]:
+def build_merged(name: str, attn: str | None = None
+                 ) -> tuple[DecoderWithPastWrapper, DecoderNoPastWrapper]:
     """The with-past and the no-past step of one model (the same weights), vocab
-    ``MERGED_VOCAB``."""
-    wrapper = build_with_past(name)
+    ``MERGED_VOCAB``; ``attn``: the attention implementation (default: the family's own)."""
+    wrapper = build_with_past(name, attn)
     wrapper.model.resize_token_embeddings(MERGED_VOCAB)
     wrapper.model.config.vocab_size = MERGED_VOCAB
     wrapper.eval()
     return wrapper, DecoderNoPastWrapper(wrapper.model, wrapper.layers).eval()
 
 
-def export_merged(name: str, exporter: str) -> onnx.ModelProto:
+def export_merged(name: str, exporter: str, attn: str | None = None) -> onnx.ModelProto:
     """Optimum's ``decoder_model_merged``: the no-past and the with-past export of one model
     joined by ``merge_decoders`` under an ``If(use_cache_branch)``."""
     from merge_decoders import merge_decoders
 
-    with_past, no_past = build_merged(name)
+    with_past, no_past = build_merged(name, attn)
     return merge_decoders(export_with_past(with_past, exporter),
                           export_with_past(no_past, exporter))
 
 
-def verify_merged(name: str, path: str) -> float:
+def verify_merged(name: str, path: str, attn: str | None = None) -> float:
     """Worst relative error of every output against PyTorch in ONNX Runtime: the cache
     branch as :func:`verify_with_past` checks it, and the no-cache branch (past inputs of
     length 0) at three lengths, with right padding."""
     import onnxruntime as ort
 
-    with_past, no_past = build_merged(name)
+    with_past, no_past = build_merged(name, attn)
     so = ort.SessionOptions()
     so.log_severity_level = 3
     sess = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
@@ -1117,16 +1118,17 @@ def main_merged(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                                   "other", "merged"))
     ap.add_argument("--exporter", choices=["ts", "dynamo", "both"], default="both")
+    ap.add_argument("--attn", choices=["eager", "sdpa"], help="default: the family's own")
     args = ap.parse_args(argv)
     os.makedirs(args.out, exist_ok=True)
     bad = 0
     for name in args.only.split(","):
         for tag in ("ts", "dynamo") if args.exporter == "both" else (args.exporter,):
             path = os.path.join(args.out, f"merged_{name}.{tag}.onnx")
-            proto = export_merged(name, tag)
+            proto = export_merged(name, tag, args.attn)
             onnx.checker.check_model(proto, full_check=True)
             onnx.save_model(proto, path, save_as_external_data=False)
-            err = verify_merged(name, path)
+            err = verify_merged(name, path, args.attn)
             kb = os.path.getsize(path) // 1024
             print(f"{path}: {kb} KB, worst rel err {err:.2e}", flush=True)
             bad += not err < 1e-4
