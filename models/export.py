@@ -23,6 +23,8 @@ Usage::
     python models/export.py [--only NAME[,NAME...]] [--out models/] [--no-verify]
     python models/export.py with-past [--only gpt2,llama,...] [--exporter ts|dynamo|both] [--out DIR]
     python models/export.py vits [--exporter ts|dynamo|both] [--out DIR]   (to models/refused/)
+    python models/export.py merged [--only gpt2,llama] [--exporter ts|dynamo|both] [--out DIR]
+        (to models/other/merged/: Optimum-style merged decoders, see ``merge_decoders.py``)
 
 ``with-past`` exports Optimum-style ``decoder_with_past`` steps (key/value cache in and out,
 see ``DecoderWithPastWrapper``) of the decoder-only families in ``WITH_PAST``.
@@ -916,20 +918,40 @@ def with_past_inputs(wrapper: DecoderWithPastWrapper, batch: int, seq: int, past
     return out
 
 
+class DecoderNoPastWrapper(DecoderWithPastWrapper):
+    """An Optimum-style ``decoder_model`` (the prompt step): ``(input_ids [batch, seq],
+    attention_mask [batch, seq])`` -> ``(logits, present key and value per layer [batch,
+    kv_heads, seq, head_dim])``, no cache in: the same model as the with-past step."""
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor):
+        out = self.model(input_ids=input_ids, attention_mask=attention_mask, use_cache=True,
+                         return_dict=True)
+        present = []
+        for layer in out.past_key_values.layers[: self.layers]:
+            present += [layer.keys, layer.values]
+        return (out.logits, *present)
+
+
 def export_with_past(wrapper: DecoderWithPastWrapper, exporter: str) -> onnx.ModelProto:
     """Export one ``decoder_with_past`` model: ``exporter`` "ts" (TorchScript, opset 17) or
-    "dynamo" (opset 18); dims named batch, seq, past_seq and total_seq (= past + seq)."""
+    "dynamo" (opset 18); dims named batch, seq, past_seq and total_seq (= past + seq).
+    A :class:`DecoderNoPastWrapper` exports the no-past step (no past inputs; the mask and
+    the presents are ``seq`` long)."""
     layers = cache_geometry(wrapper)[0]
     inputs, outputs = with_past_names(layers)
-    ex = with_past_inputs(wrapper, 2, 3, 5)
+    no_past = isinstance(wrapper, DecoderNoPastWrapper)
+    ex = with_past_inputs(wrapper, 2, 3, 0 if no_past else 5)
+    if no_past:
+        inputs = inputs[:2]
     args = tuple(ex[n] for n in inputs)
+    total = "seq" if no_past else "total_seq"
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         if exporter == "ts":
-            dyn = {"input_ids": {0: "batch", 1: "seq"}, "attention_mask": {0: "batch", 1: "total_seq"},
+            dyn = {"input_ids": {0: "batch", 1: "seq"}, "attention_mask": {0: "batch", 1: total},
                    "logits": {0: "batch", 1: "seq"}}
             dyn.update({n: {0: "batch", 2: "past_seq"} for n in inputs[2:]})
-            dyn.update({n: {0: "batch", 2: "total_seq"} for n in outputs[1:]})
+            dyn.update({n: {0: "batch", 2: total} for n in outputs[1:]})
             buf = io.BytesIO()
             torch.onnx.export(wrapper, args, buf, dynamo=False, opset_version=TS_OPSET,
                               input_names=inputs, output_names=outputs, dynamic_axes=dyn,
@@ -940,8 +962,9 @@ def export_with_past(wrapper: DecoderWithPastWrapper, exporter: str) -> onnx.Mod
             from torch.export import Dim
 
             auto = Dim.DYNAMIC
-            shapes = ({0: auto, 1: auto}, {0: auto, 1: auto},
-                      tuple({0: auto, 2: auto} for _ in inputs[2:]))  # *past: one tuple
+            shapes = ({0: auto, 1: auto}, {0: auto, 1: auto})
+            if not no_past:  # *past: one tuple
+                shapes += (tuple({0: auto, 2: auto} for _ in inputs[2:]),)
             prog = torch.onnx.export(wrapper, args, dynamo=True, opset_version=DYNAMO_OPSET,
                                      input_names=inputs, output_names=outputs,
                                      dynamic_shapes=shapes, external_data=False, optimize=True,
@@ -955,17 +978,17 @@ def export_with_past(wrapper: DecoderWithPastWrapper, exporter: str) -> onnx.Mod
     proto.ir_version = IR_VERSION
     proto.doc_string = (f"onnxopt decoder_with_past model: {type(wrapper.model).__name__} random, "
                         f"attn_implementation={wrapper.model.config._attn_implementation}, {note}")
-    _name_with_past_dims(proto)
+    _name_with_past_dims(proto, total)
     return proto
 
 
-def _name_with_past_dims(proto: onnx.ModelProto) -> None:
+def _name_with_past_dims(proto: onnx.ModelProto, total: str = "total_seq") -> None:
     """Input and output dims read batch / seq / past_seq / total_seq, whatever the exporter
-    called them."""
+    called them (``total``: the mask's and the presents' length)."""
     wanted: dict[str, str] = {}
     for vi in proto.graph.input:
         dims = vi.type.tensor_type.shape.dim
-        names = {"input_ids": ("batch", "seq"), "attention_mask": ("batch", "total_seq")}.get(
+        names = {"input_ids": ("batch", "seq"), "attention_mask": ("batch", total)}.get(
             vi.name, ("batch", None, "past_seq"))
         for d, w in zip(dims, names):
             if w and d.HasField("dim_param"):
@@ -978,7 +1001,7 @@ def _name_with_past_dims(proto: onnx.ModelProto) -> None:
     for vi in proto.graph.output:
         dims = vi.type.tensor_type.shape.dim
         if vi.name.startswith("present.") and len(dims) == 4 and not dims[2].HasField("dim_value"):
-            dims[2].dim_param = "total_seq"
+            dims[2].dim_param = total
 
 
 def verify_with_past(wrapper: DecoderWithPastWrapper, path: str) -> float:
@@ -1026,6 +1049,90 @@ def main_with_past(argv: list[str] | None = None) -> int:
             bad += not err < 1e-4
     return 1 if bad else 0
 
+
+
+# --------------------------------------------------------------------------- merged decoders
+
+MERGED = ("gpt2", "llama")  # shipped; any WITH_PAST family exports
+MERGED_VOCAB = 256  # the embedding (and llama's own head) are most of the file: kept small
+
+
+def build_merged(name: str, attn: str | None = None
+                 ) -> tuple[DecoderWithPastWrapper, DecoderNoPastWrapper]:
+    """The with-past and the no-past step of one model (the same weights), vocab
+    ``MERGED_VOCAB``; ``attn``: the attention implementation (default: the family's own)."""
+    wrapper = build_with_past(name, attn)
+    wrapper.model.resize_token_embeddings(MERGED_VOCAB)
+    wrapper.model.config.vocab_size = MERGED_VOCAB
+    wrapper.eval()
+    return wrapper, DecoderNoPastWrapper(wrapper.model, wrapper.layers).eval()
+
+
+def export_merged(name: str, exporter: str, attn: str | None = None) -> onnx.ModelProto:
+    """Optimum's ``decoder_model_merged``: the no-past and the with-past export of one model
+    joined by ``merge_decoders`` under an ``If(use_cache_branch)``."""
+    from merge_decoders import merge_decoders
+
+    with_past, no_past = build_merged(name, attn)
+    return merge_decoders(export_with_past(with_past, exporter),
+                          export_with_past(no_past, exporter))
+
+
+def verify_merged(name: str, path: str, attn: str | None = None) -> float:
+    """Worst relative error of every output against PyTorch in ONNX Runtime: the cache
+    branch as :func:`verify_with_past` checks it, and the no-cache branch (past inputs of
+    length 0) at three lengths, with right padding."""
+    import onnxruntime as ort
+
+    with_past, no_past = build_merged(name, attn)
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    sess = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+    names = with_past_names(with_past.layers)[0]
+    worst = 0.0
+    cases = [(True, b, s, p, lp, rp) for b, s, p, lp, rp in
+             ((1, 1, 7, 0, 0), (2, 1, 12, 3, 0), (2, 4, 9, 0, 2))]
+    # (no left padding without a cache: its fully masked query rows are garbage that the
+    # dynamo export of sdpa and PyTorch make differently; the rows that are read agree)
+    cases += [(False, b, s, 0, 0, rp) for b, s, rp in ((1, 5, 0), (2, 7, 3), (3, 11, 4))]
+    for flag, batch, seq, past, left, right in cases:
+        inp = with_past_inputs(with_past, batch, seq, past, left, right)
+        with torch.no_grad():
+            ref = with_past(*[inp[n] for n in names]) if flag else no_past(*[inp[n] for n in
+                                                                             names[:2]])
+        feeds = {n: inp[n].numpy() for n in names}
+        feeds["use_cache_branch"] = np.array([flag])
+        for r, g in zip(ref, sess.run(None, feeds)):
+            r = r.numpy()
+            if r.shape != g.shape:
+                raise AssertionError(f"{path}: shape {g.shape} != {r.shape}")
+            worst = max(worst, float(np.abs(g - r).max()) / max(1.0, float(np.abs(r).max())))
+    return worst
+
+
+def main_merged(argv: list[str] | None = None) -> int:
+    """``python models/export.py merged [--only gpt2,llama] [--exporter ts|dynamo|both]``:
+    merged decoders (``merged_NAME.TAG.onnx``, to ``models/other/merged/`` by default)."""
+    ap = argparse.ArgumentParser(prog="export.py merged")
+    ap.add_argument("--only", default=",".join(MERGED))
+    ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                                  "other", "merged"))
+    ap.add_argument("--exporter", choices=["ts", "dynamo", "both"], default="both")
+    ap.add_argument("--attn", choices=["eager", "sdpa"], help="default: the family's own")
+    args = ap.parse_args(argv)
+    os.makedirs(args.out, exist_ok=True)
+    bad = 0
+    for name in args.only.split(","):
+        for tag in ("ts", "dynamo") if args.exporter == "both" else (args.exporter,):
+            path = os.path.join(args.out, f"merged_{name}.{tag}.onnx")
+            proto = export_merged(name, tag, args.attn)
+            onnx.checker.check_model(proto, full_check=True)
+            onnx.save_model(proto, path, save_as_external_data=False)
+            err = verify_merged(name, path, args.attn)
+            kb = os.path.getsize(path) // 1024
+            print(f"{path}: {kb} KB, worst rel err {err:.2e}", flush=True)
+            bad += not err < 1e-4
+    return 1 if bad else 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -1274,6 +1381,8 @@ def export_audio_family(names: list[str], out: str, exporters: list[str], check:
 if __name__ == "__main__":
     if sys.argv[1:2] == ["with-past"]:
         sys.exit(main_with_past(sys.argv[2:]))
+    if sys.argv[1:2] == ["merged"]:
+        sys.exit(main_merged(sys.argv[2:]))
     if sys.argv[1:2] == ["vits"]:
         sys.exit(main_vits(sys.argv[2:]))
     sys.exit(main())

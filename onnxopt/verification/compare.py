@@ -111,6 +111,17 @@ class VerifyReport:
     seeded: list[str] = field(default_factory=list)  # random nodes run with a shared seed
     saved_inputs: list[str] = field(default_factory=list)  # --save-inputs files written
     compared_runs: int = 0  # runs whose outputs were compared (of len(runs))
+    # Per compared run, the value of each branch switch (a one-element bool input, such as a
+    # merged decoder's use_cache_branch): which If branches the comparison went through.
+    switches: list[dict[str, bool]] = field(default_factory=list)
+
+    def switch_values(self) -> dict[str, list[bool]]:
+        """Each switch input and the values it took in the compared runs, in order."""
+        out: dict[str, list[bool]] = {}
+        for run in self.switches:
+            for name, value in run.items():
+                out.setdefault(name, []).append(value)
+        return out
 
     @property
     def ok(self) -> bool:
@@ -134,6 +145,13 @@ class VerifyReport:
                   if not o.compared]
         if self.runs and self.compared_runs < len(self.runs):
             lines.append(f"compared on {self.compared_runs} of {len(self.runs)} runs")
+        for name, values in self.switch_values().items():
+            if len(set(values)) > 1:
+                lines.append(f"{name}: both branches compared ({values.count(True)} runs "
+                             f"true, {values.count(False)} false)")
+            else:
+                lines.append(f"{name}: only {values[0]} compared: the branches it switches to "
+                             f"when {not values[0]} were not run")
         if self.decode_run is not None:
             lines.append(f"run {self.decode_run + 1} is a decode step (one query after a "
                          f"cache): it takes the decode kernels of the query-length switch")
@@ -152,6 +170,7 @@ class VerifyReport:
             "bitwise": self.bitwise,
             "runs": [{k: list(v) for k, v in r.items()} for r in self.runs],
             "compared_runs": self.compared_runs,
+            "switches": self.switch_values(),
             "long_run_skipped": self.long_run_skipped,
             "inputs": self.inputs_from or "generated",
             "saved_inputs": self.saved_inputs,
@@ -312,6 +331,13 @@ def _compare_runs(report: VerifyReport, folder: WorkFolder, count: int) -> None:
             if diff.compared:
                 _accumulate_value(diff, a, b)
         report.compared_runs += 1
+        report.switches.append(_switches(feeds))
+
+
+def _switches(feeds: dict) -> dict[str, bool]:
+    """The one-element bool inputs of a run (If-branch switches) and their values."""
+    return {n: bool(np.asarray(a).reshape(-1)[0]) for n, a in feeds.items()
+            if np.asarray(a).dtype == np.bool_ and np.size(a) == 1}
 
 
 def _account_for(report: VerifyReport, folder: WorkFolder, crash: NativeCrash | None) -> None:
