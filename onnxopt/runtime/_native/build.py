@@ -30,7 +30,7 @@ SOURCES = ("ops_main.c", "ops_plan.c", "ops_host.c", "ops_cuda.c")
 HEADERS = ("ort_abi.h", "ops.h", "half.h")
 HEADER_NAME = "onnxopt_ops_gen.h"
 LIBRARY_STEM = "libonnxopt_ops"
-CFLAGS = ("-std=c11", "-O2", "-fPIC", "-fvisibility=hidden", "-Wall", "-Wextra",
+CFLAGS = ("-std=c11", "-O3", "-fPIC", "-fvisibility=hidden", "-Wall", "-Wextra",
           "-Wno-unused-parameter", "-Wno-format-truncation", "-D_GNU_SOURCE")
 LIBS = ("-ldl", "-lpthread", "-lm")
 

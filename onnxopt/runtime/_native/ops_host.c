@@ -34,6 +34,24 @@ static int vec_ok(const struct onnxopt_variant *v, int64_t n, uint64_t a, uint64
 
 static const float BIAS_FLOOR = -1e30f;
 
+/* q·k over D floats, in eight running sums (the compiler vectorises them; one running sum is
+ * bound by the latency of each add). */
+static float dot(const float *q, const float *k, int D) {
+    float part[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+    int d = 0;
+    for (; d + 8 <= D; d += 8)
+        for (int u = 0; u < 8; ++u) part[u] += q[d + u] * k[d + u];
+    float sum = ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));
+    for (; d < D; ++d) sum += q[d] * k[d];
+    return sum;
+}
+
+/* Key and value rows of one (batch row, key/value head), converted to float once for every
+ * query head and row tile that reads them (not once per query row). */
+static void load_rows(const void *src, int dt, int64_t base, int rows, int D, float *dst) {
+    for (int64_t e = 0; e < (int64_t)rows * D; ++e) dst[e] = onnxopt_load(src, dt, base * D + e);
+}
+
 static int host_attention(const struct onnxopt_variant *v, const unsigned grid[3],
                           void *const *argv, char *err) {
     struct onnxopt_flash_attention_args a;
@@ -44,13 +62,16 @@ static int host_attention(const struct onnxopt_variant *v, const unsigned grid[3
         return onnxopt_fail(err, "%s: grid (%u, %u) does not cover %d query rows of %d heads", v->entry,
                     grid[0], grid[1], Sq, H);
     const int32_t *kv_start = P(a.kv_start), *kv_end = P(a.kv_end), *coff = P(a.causal_off);
-    float *scores = malloc(sizeof(float) * (Skv > 0 ? (size_t)Skv : 1));
+    const size_t keys = Skv > 0 ? (size_t)Skv : 1;
+    float *scores = malloc(sizeof(float) * keys);
+    float *kf = malloc(sizeof(float) * keys * (size_t)D), *vf = malloc(sizeof(float) * keys * (size_t)D);
     float *q = malloc(sizeof(float) * (size_t)D), *acc = malloc(sizeof(float) * (size_t)D);
-    if (!scores || !q || !acc) {
-        free(scores), free(q), free(acc);
+    if (!scores || !kf || !vf || !q || !acc) {
+        free(scores), free(kf), free(vf), free(q), free(acc);
         return onnxopt_fail(err, "out of host memory");
     }
     const int group = H / Hkv;
+    int64_t loaded = -1; /* the (batch row, key/value head) whose rows kf and vf hold */
     for (unsigned bz = 0; bz < grid[2]; ++bz)
         for (unsigned by = 0; by < grid[1]; ++by)
             for (unsigned bx = 0; bx < grid[0]; ++bx) {
@@ -62,25 +83,30 @@ static int host_attention(const struct onnxopt_variant *v, const unsigned grid[3
                 const int off = coff ? coff[b] : Skv - Sq;
                 const int64_t qbase = ((int64_t)b * H + h) * Sq;
                 const int64_t kbase = ((int64_t)b * Hkv + hk) * Skv;
+                if (kbase != loaded) {
+                    load_rows(P(a.k), dt, kbase, Skv, D, kf);
+                    load_rows(P(a.v), dt, kbase, Skv, D, vf);
+                    loaded = kbase;
+                }
                 for (int i = (int)bx * v->bm; i < ((int)bx + 1) * v->bm && i < Sq; ++i) {
                     for (int d = 0; d < D; ++d) q[d] = onnxopt_load(P(a.q), dt, (qbase + i) * D + d);
+                    /* The keys the row sees are one run [lo, hi): its padding range, cut at the
+                     * query's position (causal) and to the band around it (a window). */
+                    const int pos = i + off; /* the query's position among the keys */
+                    int lo = start, hi = end;
+                    if (a.causal && pos + 1 < hi) hi = pos + 1;
+                    if (a.window > 0) {
+                        if (pos - a.window > lo) lo = pos - a.window;
+                        if (!a.causal && pos + a.window + 1 < hi) hi = pos + a.window + 1;
+                    }
                     float m = -INFINITY;
-                    for (int j = 0; j < Skv; ++j) {
-                        float s = -INFINITY;
-                        const int pos = i + off; /* the query's position among the keys */
-                        const int in_band = a.window <= 0 ||
-                                            (j >= pos - a.window && (a.causal || j <= pos + a.window));
-                        if (j >= start && j < end && !(a.causal && j > pos) && in_band) {
-                            float dot = 0.f;
-                            for (int d = 0; d < D; ++d)
-                                dot += q[d] * onnxopt_load(P(a.k), dt, (kbase + j) * D + d);
-                            s = dot * a.scale;
-                            if (a.bias) {
-                                float bv = onnxopt_load(P(a.bias), dt,
-                                                        b * a.bias_sb + h * a.bias_sh +
-                                                            i * a.bias_sq + j * a.bias_sk);
-                                s = bv == -INFINITY ? -INFINITY : s + fmaxf(bv, BIAS_FLOOR);
-                            }
+                    for (int j = lo; j < hi; ++j) {
+                        float s = dot(q, kf + (int64_t)j * D, D) * a.scale;
+                        if (a.bias) {
+                            float bv = onnxopt_load(P(a.bias), dt,
+                                                    b * a.bias_sb + h * a.bias_sh +
+                                                        i * a.bias_sq + j * a.bias_sk);
+                            s = bv == -INFINITY ? -INFINITY : s + fmaxf(bv, BIAS_FLOOR);
                         }
                         scores[j] = s;
                         if (s > m) m = s;
@@ -89,19 +115,19 @@ static int host_attention(const struct onnxopt_variant *v, const unsigned grid[3
                     const float m_use = m == -INFINITY ? 0.f : m;
                     float l = 0.f;
                     for (int d = 0; d < D; ++d) acc[d] = 0.f;
-                    for (int j = 0; j < Skv; ++j) {
+                    for (int j = lo; j < hi; ++j) {
                         if (scores[j] == -INFINITY) continue;
                         const float p = expf(scores[j] - m_use);
+                        const float *vrow = vf + (int64_t)j * D;
                         l += p;
-                        for (int d = 0; d < D; ++d)
-                            acc[d] += p * onnxopt_load(P(a.v), dt, (kbase + j) * D + d);
+                        for (int d = 0; d < D; ++d) acc[d] += p * vrow[d];
                     }
                     const float inv = l > 0.f ? 1.f / l : 0.f;
                     for (int d = 0; d < D; ++d)
                         onnxopt_store(W(a.o), dt, (qbase + i) * D + d, acc[d] * inv);
                 }
             }
-    free(scores), free(q), free(acc);
+    free(scores), free(kf), free(vf), free(q), free(acc);
     return 0;
 }
 
