@@ -1,4 +1,4 @@
-"""SHA-256 of every optimized `models/`, `models/with_past/` and `models/other/` file, against
+"""SHA-256 of every optimized `models/`, `models/with_past/`, `models/other/` (and `merged/`) file, against
 another checkout.
 
     python benchmarks/output_hashes.py [--baseline /path/to/older/checkout] [--save F]
@@ -34,7 +34,7 @@ SETTINGS = {
 
 
 def models() -> list[Path]:
-    return [p for folder in ("", "with_past", "other")
+    return [p for folder in ("", "with_past", "other", "other/merged")
             for p in sorted((ROOT / "models" / folder).glob("*.onnx"))]
 
 

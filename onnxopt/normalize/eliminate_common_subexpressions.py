@@ -39,21 +39,59 @@ _RANDOM = frozenset({"RandomNormal", "RandomNormalLike", "RandomUniform", "Rando
 # over the walk): not a tree below one root.
 def eliminate_common_subexpressions(model: Model) -> PassResult:
     """Merge equal small constants, then equal nodes; return how many were merged."""
-    count = 0
+    count = _constants_across_scopes(model.graph)
     for graph in model.graph.all_graphs():
         count += _constants(graph)
         count += _nodes(graph)
     return PassResult(count)
 
 
+def _constant_key(value) -> tuple | None:
+    t = value.const
+    if t.size > MAX_CONSTANT_ELEMENTS or t.dtype == "string":
+        return None
+    return (t.dtype, tuple(t.shape), t.numpy().tobytes())
+
+
+def _constants_across_scopes(root: Graph) -> int:
+    """Equal small constants held by different graphs of one model (the two branches of an
+    ``If``, a ``Loop`` body and the graph around it) become one, held by the main graph, which
+    every subgraph may read: otherwise each branch carries its own copy, and a kernel emitted
+    in both branches of a merged decoder made the file heavier than its input. A constant that
+    is its graph's output stays (ONNX Runtime refuses a subgraph output read from outside)."""
+    graphs = root.all_graphs()
+    if len(graphs) < 2:
+        return 0
+    groups: dict[tuple, list] = {}
+    for graph in graphs:
+        for value in graph.constants.values():
+            if value.is_graph_output or (key := _constant_key(value)) is None:
+                continue
+            groups.setdefault(key, []).append(value)
+    merged = 0
+    for values in groups.values():
+        if len({id(v.graph) for v in values}) < 2:
+            continue  # one graph's copies: _constants merges them
+        keep = next((v for v in values if v.graph is root), values[0])
+        if keep.graph is not root:  # lifted, keeping its name (the scope's names are shared)
+            del keep.graph.constants[keep.name]
+            keep.graph = root
+            root.constants[keep.name] = keep
+        for value in values:
+            if value is not keep:
+                value.graph.replace_all_uses(value, keep)
+                value.graph.remove_constant(value)
+                merged += 1
+    return merged
+
+
 def _constants(graph: Graph) -> int:
     seen: dict[tuple, Any] = {}
     merged = 0
     for value in list(graph.constants.values()):
-        t = value.const
-        if t.size > MAX_CONSTANT_ELEMENTS or t.dtype == "string":
+        key = _constant_key(value)
+        if key is None:
             continue
-        key = (t.dtype, tuple(t.shape), t.numpy().tobytes())
         first = seen.get(key)
         if first is None:
             seen[key] = value

@@ -116,3 +116,67 @@ def test_equal_small_constants_merge_but_not_minus_zero(check):
     }""", CSE)
     assert result.changes == 1
     assert len(result.model.graph.constants) == 3
+
+
+def _constant_names(graph) -> dict[str, list[str]]:
+    """Each graph's constants, the main graph first, then its subgraphs in order."""
+    out = {graph.name: sorted(graph.constants)}
+    for sub in graph.all_graphs()[1:]:
+        out[sub.name] = sorted(sub.constants)
+    return out
+
+
+IF_BRANCHES = """
+g (bool c, float[2] x) => (float[2] y) {
+  y = If (c) <
+    then_branch = then_g () => (float[2] t) {
+      k1 = Constant<value = float[2] {2.0, 3.0}>()
+      t = Mul (x, k1)
+    },
+    else_branch = else_g () => (float[2] e) {
+      k2 = Constant<value = float[2] {2.0, 3.0}>()
+      e = Add (x, k2)
+    }
+  >
+}"""
+
+
+def test_equal_constants_of_two_branches_become_one_in_the_main_graph(check):
+    # Each branch of a merged decoder held its own copy: the file was heavier than its input.
+    from onnxopt.normalize.fold_constants import fold_constants
+
+    def fold_then_share(model):
+        fold_constants(model)  # the Constant nodes become constants
+        return eliminate_common_subexpressions(model)
+
+    result = check(IF_BRANCHES, fold_then_share)
+    assert result.changes == 1
+    names = _constant_names(result.model.graph)
+    assert len(names["g"]) == 1 and names["then_g"] == names["else_g"] == []
+
+
+BRANCH_OUTPUT = """
+g (bool c, float[2] x) => (float[2] y) {
+  y = If (c) <
+    then_branch = then_g () => (float[2] t) {
+      t = Constant<value = float[2] {2.0, 3.0}>()
+    },
+    else_branch = else_g () => (float[2] e) {
+      k2 = Constant<value = float[2] {2.0, 3.0}>()
+      e = Add (x, k2)
+    }
+  >
+}"""
+
+
+def test_a_constant_that_is_its_branchs_output_stays_in_the_branch(check):
+    # ONNX Runtime refuses a subgraph output that is read from the enclosing scope.
+    from onnxopt.normalize.fold_constants import fold_constants
+
+    def fold_then_share(model):
+        fold_constants(model)
+        return eliminate_common_subexpressions(model)
+
+    result = check(BRANCH_OUTPUT, fold_then_share)
+    names = _constant_names(result.model.graph)
+    assert names["g"] == [] and len(names["else_g"]) == 1
