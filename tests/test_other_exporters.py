@@ -23,22 +23,10 @@ OTHER = Path(__file__).resolve().parent.parent / "models" / "other"
 MODELS = sorted(OTHER.glob("*.onnx")) + sorted(OTHER.glob("merged/*.onnx"))
 
 
-# The CUDA attention kernel gives 0 for a query that sees no key, where a model whose mask
-# fills with the float minimum averages the values (left padding under a causal mask, which
-# verification feeds): the kernel record says so (pycuda_kernels.NO_KEY_IS_ZERO), and --verify
-# refuses the output, naming that assumption. Of these files, the dynamo LLaMA's mask has such
-# rows; models/llama.dynamo.onnx fails the same way.
-NO_KEY_ROWS = {("merged_llama.dynamo", "cuda")}
-
-
 @pytest.mark.parametrize("path", MODELS, ids=[p.stem for p in MODELS])
 @pytest.mark.parametrize("target", ["cpu", "cuda"])
 def test_optimized_model_loads_verifies_and_is_no_heavier(path, target, tmp_path, cli,
-                                                          file_hash, request):
-    if (path.stem, target) in NO_KEY_ROWS:
-        request.applymarker(pytest.mark.xfail(
-            strict=True, reason="the CUDA kernel's documented assumption: a query that sees "
-                                "no key gives 0"))
+                                                          file_hash):
     before = file_hash(path)
     out, report = tmp_path / "out.onnx", tmp_path / "report.json"
     rc, _, err = cli("optimize", path, "-o", out, "--verify", "-q", "--target", target,

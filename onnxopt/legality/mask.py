@@ -67,6 +67,10 @@ class MaskInfo:
     reason: Refusal | None = None  # why the probe could not classify it
     bias: bool = False  # it holds values between 0 and the masking range
     window: int = 0  # a band: keys at most this far from the query's position (0: none)
+    # The one value the mask holds wherever it masks, padding and all (None: several, or not
+    # probed): what a query that sees no key computes depends on it (see
+    # onnxopt.ops.attention's ``mask_fill``).
+    fill: float | None = None
 
     @property
     def kind(self) -> MaskKind:
@@ -134,14 +138,17 @@ def classify_mask(model: Model, mask: Value, batch_dim, key_dim, query_dim) -> M
         verdict = Refusal("mask_not_evaluable", verdict)
     if isinstance(verdict, Refusal):
         return MaskInfo(looks_causal=looks_causal, reason=verdict)
-    band_votes, pad_votes = verdict
+    band_votes, pad_votes, fills = verdict
     padding = next((c for c in candidates if all(pad_votes[c.name])), None)
     band = _band_of_votes(band_votes)
     if isinstance(band, Refusal):
         return MaskInfo(looks_causal=looks_causal, reason=band if looks_causal else None)
     causal, window = band
+    fill = None
+    if padding is not None and len(fills[padding.name]) == 1:
+        (fill,) = fills[padding.name]
     return MaskInfo(causal=causal, window=window, padding_input=padding,
-                    looks_causal=looks_causal)
+                    looks_causal=looks_causal, fill=fill)
 
 
 def reach_probe_size(nodes) -> int | None:
@@ -221,6 +228,7 @@ def _probe(proto, inputs: list[_Fed], shape_leaves: list[_ShapeFed], candidates:
         return f"the mask cannot be evaluated ({evaluation.first_line(e)})"
     band_votes: list = []
     pad_votes: dict[str, list[bool]] = {c.name: [] for c in candidates}
+    fills: dict[str, set[float]] = {c.name: set() for c in candidates}
     for batch, seq in sizes:
         evaluated = first_evaluable(
             lambda length, batch=batch: _evaluate(sess, inputs, shape_leaves, batch, length), seq,
@@ -238,8 +246,9 @@ def _probe(proto, inputs: list[_Fed], shape_leaves: list[_ShapeFed], candidates:
             feeds[cand.name] = _feed(cand, symbols, pad=True)
             keep = np.asarray(feeds[cand.name]) != 0
             pad_votes[cand.name].append(keep.shape[-1] == full.shape[-1]
-                                        and _follows_padding(sess, feeds, full, keep))
-    return band_votes, pad_votes
+                                        and _follows_padding(sess, feeds, full, keep,
+                                                             fills[cand.name]))
+    return band_votes, pad_votes, fills
 
 
 def _classify_constant(mask: Value) -> MaskInfo:
@@ -260,12 +269,22 @@ def _classify_constant(mask: Value) -> MaskInfo:
     return MaskInfo(looks_causal=looks, reason=reason)
 
 
-def _follows_padding(sess, feeds, full: np.ndarray, keep: np.ndarray) -> bool:
-    """With ``keep`` zeros in the padding input, exactly those keys become masked too."""
+# More distinct masked values than this: not one fill (and not worth carrying back).
+MAX_FILLS = 4
+
+
+def _follows_padding(sess, feeds, full: np.ndarray, keep: np.ndarray, fills: set) -> bool:
+    """With ``keep`` zeros in the padding input, exactly those keys become masked too. Adds the
+    values the padded mask holds where it masks to ``fills`` (up to MAX_FILLS + 1 of them)."""
     try:
-        padded = _masked(evaluation.run(sess, feeds)[0])
+        values = np.asarray(evaluation.run(sess, feeds)[0])
+        padded = _masked(values)
     except Exception:  # noqa: BLE001
         return False
+    if padded is not None and len(fills) <= MAX_FILLS:
+        where = values.reshape(padded.shape) if values.size == padded.size else None
+        if where is not None:
+            fills.update(float(x) for x in np.unique(where[padded])[:MAX_FILLS + 1])
     if padded is None or padded.ndim != 4 or keep.ndim != 2:
         return False
     try:  # a candidate whose batch is not the mask's (a malformed model) does not follow it

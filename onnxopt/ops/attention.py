@@ -25,6 +25,13 @@ unmasked), and every kernel's band arithmetic reduces to that (no special case).
 ``nan_to_zero``: rows whose every key is masked give 0 instead of NaN (what
 PyTorch's SDPA export does with ``Where(IsNaN(p), 0, p)``).
 
+``mask_fill``: the one value the mask was seen to hold wherever it masks, key padding
+included (0: several values, or not known). A query that sees no key (left padding under a
+causal mask) computes softmax over its whole row of ``score + fill``: with a fill so far below
+every score that the sum rounds to the fill (the float32 minimum Hugging Face masks fill with),
+every key weighs the same and the row is the mean of V; with ``-inf`` it is NaN. A kernel that
+builds the mask itself must reproduce that.
+
 Always BNSH: the layout a kernel wants is the kernel's concern, decided when
 select binds it (``Kernel.layout``; select/layout.py reads through the model's
 own head split and merge), never absorbed into the fused op and undone again.
@@ -58,6 +65,7 @@ class AttentionAttrs(FusedAttrs):
     softcap: float = 0.0
     head_size: int = 0
     window: int = 0  # a band: keys at most this far from the query's position (0: no band)
+    mask_fill: float = 0.0  # the one value the mask holds where it masks (0: not one, unknown)
 
     @property
     def kv_heads(self) -> int:

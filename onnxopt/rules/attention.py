@@ -277,7 +277,8 @@ class Attention(Rule):
             mask_kind=MaskKind.NONE if mask is None else info.kind,
             nan_to_zero=m.nan_guard is not None, softcap=cap,
             head_size=q.shape[-1] if isinstance(q.shape[-1], int) else 0,
-            window=info.window if mask is not None else 0)
+            window=info.window if mask is not None else 0,
+            mask_fill=info.fill if mask is not None and info.fill is not None else 0.0)
         return b.fused("AttentionFused", q, k, m.v, mask, info.padding_input, attrs=attrs)
 
     def describe(self, m: Match, facts: AttentionFacts) -> str:

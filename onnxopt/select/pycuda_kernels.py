@@ -208,7 +208,79 @@ def _emit_attention(b, node: Node, attrs: AttentionAttrs, target: Target) -> lis
     out = b.op("FlashAttention", q, k, v, bias, kv_start, kv_end, domain=DOMAIN,
                scale=attrs.scale, causal=int(attrs.causal),
                **({"window": attrs.window} if attrs.window else {}))
+    if kv_start is not None and averages_no_key_rows(attrs, q, b):
+        out = _no_key_rows_average(b, out, q, v, attrs, keep, kv_start, kv_end)
     return [out]
+
+
+# A fill at or below this absorbs any score: score + fill rounds to the fill itself, so a row
+# of nothing but fills weighs every key the same (float32 and bfloat16 minima; float16's is
+# -65504, which a score of 16 or more moves).
+ABSORBING_FILL = -1e30
+
+
+def averages_no_key_rows(attrs: AttentionAttrs, q, b) -> bool:
+    """Whether the model gives a query that sees no key the mean of V (its mask fills with one
+    absorbing value, :data:`ABSORBING_FILL`), which the emitted graph then reproduces where the
+    kernel gives 0: BNSH inputs, and an opset with integer Min/Max (12) and Unsqueeze's axes as
+    an input (13)."""
+    fill = attrs.mask_fill
+    return (q.rank == 4 and np.isfinite(fill) and fill <= ABSORBING_FILL
+            and int(getattr(b, "opset", 0) or 13) >= 13)
+
+
+def _no_key_rows_average(b, out, q, v, attrs: AttentionAttrs, keep, start, end):
+    """``Where(no_key, mean(V over keys), out)``: the rows whose query sees no key (what the
+    kernel leaves 0) get what the model computes there, every key weighed the same. A row sees
+    the kept keys in ``[lo, hi)``: its padding range, cut at its position (causal) and to its
+    band (a window), as the kernel cuts it; it sees none when the padding mask keeps no key in
+    that run (holes inside the range counted, by a prefix sum of the kept keys)."""
+    i64 = TensorProto.INT64
+
+    def scalar(x: int, hint: str):
+        return b.const(np.array(x, np.int64), hint)
+
+    def axes(*a: int):
+        return b.const(np.array(a, np.int64), "axes")
+
+    keys = b.op("Gather", b.op("Shape", v), scalar(2, "seq_axis"), axis=0)
+    lo = b.op("Unsqueeze", b.op("Cast", start, to=i64), axes(1))  # [B, 1]
+    hi = b.op("Unsqueeze", b.op("Cast", end, to=i64), axes(1))
+    if attrs.causal or attrs.window:
+        # the query's position among the keys: i + Skv - Sq, as the kernel's causal offset
+        queries = b.op("Gather", b.op("Shape", q), scalar(2, "seq_axis"), axis=0)
+        pos = b.op("Add", b.op("Range", scalar(0, "zero"), queries, scalar(1, "one")),
+                   b.op("Sub", keys, queries))
+    if attrs.window:
+        lo = b.op("Max", lo, b.op("Sub", pos, scalar(attrs.window, "window")))
+    if attrs.causal:
+        hi = b.op("Min", hi, b.op("Add", pos, scalar(1, "one")))
+    elif attrs.window:
+        hi = b.op("Min", hi, b.op("Add", pos, scalar(attrs.window + 1, "window_end")))
+    zero = scalar(0, "zero")
+    lo = b.op("Min", b.op("Max", lo, zero), keys)
+    hi = b.op("Min", b.op("Max", hi, lo), keys)
+    # kept keys before each position 0 .. Skv: [B, Skv + 1], a column of 0 then the prefix sum
+    kept = b.op("CumSum", b.op("Cast", keep, to=i64), scalar(1, "axis"))
+    first = b.op("Slice", kept, axes(0), axes(1), axes(1))
+    before = b.op("Concat", b.op("Sub", first, first), kept, axis=1)
+    seen = b.op("Sub", b.op("GatherElements", before, hi, axis=1),
+                b.op("GatherElements", before, lo, axis=1))  # kept keys in [lo, hi): [B, Sq]
+    no_key = b.op("Unsqueeze", b.op("LessOrEqual", seen, zero), axes(1, 3))  # [B, 1, Sq, 1]
+    mean = _reduce_mean_keys(b, v)  # [B, Hkv, 1, D]
+    heads, kv_heads = attrs.num_heads, attrs.kv_heads
+    if heads and kv_heads and heads != kv_heads:  # each query head reads its group's mean
+        grouped = b.op("Expand", b.op("Unsqueeze", mean, axes(2)),
+                       b.const(np.array([1, 1, heads // kv_heads, 1, 1], np.int64), "repeat"))
+        mean = b.op("Reshape", grouped, b.const(np.array([0, heads, 1, -1], np.int64), "heads"))
+    result = b.op("Where", no_key, mean, out)
+    return _typed(result, out.dtype, out.shape)
+
+
+def _reduce_mean_keys(b, v):
+    if int(getattr(b, "opset", 0) or 18) >= 18:
+        return b.op("ReduceMean", v, b.const(np.array([2], np.int64), "axes"), keepdims=1)
+    return b.op("ReduceMean", v, axes=[2], keepdims=1)
 
 
 def _keep(b, mask):
@@ -447,7 +519,8 @@ HOOKS: dict[str, Hook] = {
 # 0. The model's own softmax there averages the values over its masked keys (its mask's fill is
 # a finite number) or gives NaN (-inf).
 NO_KEY_IS_ZERO = ("a query that sees no key (left padding under a causal mask) gives 0, where "
-                  "the model averages the values of its masked keys")
+                  "the model averages the values of its masked keys (reproduced after the "
+                  "kernel where the mask fills with one value at or below -1e30)")
 
 
 def pycuda_kernels() -> list[Kernel]:

@@ -94,7 +94,8 @@ def test_a_node_states_its_whole_contract():
                                                          "activation": ""}
     assert AttentionAttrs(causal=True, mask_kind=MaskKind.CAUSAL).as_attributes() == {
         "num_heads": 0, "kv_num_heads": 0, "scale": 1.0, "causal": 1, "mask_kind": "causal",
-        "nan_to_zero": 0, "softcap": 0.0, "head_size": 0, "window": 0}
+        "nan_to_zero": 0, "softcap": 0.0, "head_size": 0, "window": 0,
+        "mask_fill": 0.0}
 
 
 def test_every_op_has_a_record_and_named_ports():
