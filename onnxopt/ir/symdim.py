@@ -9,9 +9,8 @@ the new keys, ``past + seq``; the new positions sliced off a mask, ``total - pas
 ``2·seq − 1`` relative positions of a window of keys — is one symbol of its own,
 ``"(past+seq)"``, ``"(total-past)"``, ``"(2*seq-1)"`` (like terms collected, positive ones
 first, each group sorted, the number last; terms that cancel dropped), so two tensors built
-the same way have provably equal lengths. A sum is never a factor inside another sum (its
-product with a number is multiplied out; with a symbol it stays a factor, and such a product
-adds to nothing).
+the same way have provably equal lengths. A sum in a product stays a factor (``"4*(s-1)"``:
+exact division by it works), and such a product adds to nothing (it is not a sum's term).
 A floor division of a plain symbol by a positive number is a symbol too, ``"samples//10"``
 (nested ones merge, ``(x//5)//2 = x//10``): the frame count a strided convolution derives
 from the audio length, which an exporter may also compute itself (``samples // 10 - 1``), so
@@ -92,9 +91,6 @@ def _is_sum(d: Dim) -> bool:
 
 
 def mul(a: Dim, b: Dim) -> Dim:
-    for x, k in ((a, b), (b, a)):
-        if isinstance(k, int) and _is_sum(x):  # k·(s + n) = k·s + k·n
-            return _sum([(c * k, t) for c, t in _terms(x)]) if k else 0
     ma, mb = to_monomial(a), to_monomial(b)
     if ma is None or mb is None:
         return None

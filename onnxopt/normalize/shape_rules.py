@@ -594,6 +594,27 @@ def _eq(a, b):
     return None
 
 
+def _extreme(pick):
+    """Max or Min of two contents: numbers compared; a dim against 0 (a dim is never
+    negative); equal values are themselves; anything else is unknown (None), an element at a
+    time, so ``Max(0, seq − 5)`` in a pad list leaves the other amounts known."""
+    def rule(a, b):
+        if isinstance(a, int) and isinstance(b, int):
+            return pick(a, b)
+        if sd.same(a, b):
+            return a
+        for x, y in ((a, b), (b, a)):
+            if y == 0 and _plain_symbol(x):
+                return x if pick is max else 0
+        return None
+    return rule
+
+
+def _two_inputs(rule):
+    """``rule`` for a variadic op (Max, Min) given two inputs; with more, unknown."""
+    return lambda node: rule(node) if len(node.inputs) == 2 else None
+
+
 def sym_where(node: Node):
     c, a, b = (_x(node, i).sym for i in range(3))
     if c is None or a is None or b is None or None in c:
@@ -628,6 +649,7 @@ SYM_RULES = {
     "Concat": sym_concat, "Slice": sym_slice, "Reshape": sym_passthrough,
     "Add": _binary(sd.add), "Sub": _binary(sd.sub), "Mul": _binary(sd.mul),
     "Div": _binary(_int_div), "Equal": _binary(_eq), "Where": sym_where,
+    "Max": _two_inputs(_binary(_extreme(max))), "Min": _two_inputs(_binary(_extreme(min))),
     "ConstantOfShape": sym_constant_of_shape, "Transpose": sym_transpose,
 }
 
