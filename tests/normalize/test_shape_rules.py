@@ -117,3 +117,27 @@ def test_pad_without_known_amounts_keeps_the_rank(make_model):
     infer_shapes(model)
     shape = model.graph.outputs[0].shape
     assert len(shape) == 2 and all(sd.is_fresh(d) for d in shape)  # (unknown, named apart)
+
+
+def test_max_with_zero_keeps_the_other_amounts_known(make_model):
+    """``max(seq − 5, 0)`` (the dynamo export's pad amount) is unknown, an element at a time: the
+    pad list's zeros stay known, so the axes padded by 0 keep their dims. ``Max(0, seq)`` is
+    ``seq`` (a dim is never negative), ``Min(0, seq)`` is 0."""
+    text = """
+    g (float[1, 9, 4] table, float[batch, seq] x) => (float[?, ?, ?] y, int64[2] z)
+      <int64[1] zero = {0}, int64[1] one = {1}, int64[1] two = {2}, int64[1] five = {5}> {
+        shape = Shape (x)
+        seq = Slice (shape, one, two)
+        amount = Sub (seq, five)
+        padded = Max (amount, zero)
+        pads = Concat <axis = 0> (zero, padded, zero, zero, padded, zero)
+        y = Pad (table, pads)
+        high = Max (zero, seq)
+        low = Min (seq, zero)
+        z = Concat <axis = 0> (high, low)
+    }"""
+    model = import_model(make_model(text))
+    infer_shapes(model)
+    y, z = model.graph.outputs
+    assert y.shape[0] == 1 and y.shape[2] == 4 and sd.is_fresh(y.shape[1])
+    assert z.sym == ("seq", 0)
