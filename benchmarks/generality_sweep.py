@@ -157,7 +157,7 @@ def stage_export(only: list[str] | None) -> None:
 
         if kind == "vits":  # (input_ids, attention_mask) through models/export.py's wrapper
             def build(attn, kwargs=kwargs):
-                return export.vits_text_encoder(attn, **kwargs)
+                return export._vits(attn, **kwargs)
 
         spec = export.Spec(name, build, model_cls, attn,
                            kind if kind in ("vision", "audio") else "text", output, True,
