@@ -79,6 +79,14 @@ def _probabilities(m: Match):
     return m.softmax.output if m.nan_guard is None else m.nan_guard.output
 
 
+def _read_outside(m: Match, value) -> bool:
+    """Whether ``value`` is a graph output or read by a node outside the match (other than for
+    its shape)."""
+    inside = {id(n) for n in m.nodes}
+    return value.is_graph_output or any(id(n) not in inside and n.op_type not in SHAPE_READERS
+                                        for n, _ in value.uses())
+
+
 def _produced_between(first, last, value) -> bool:
     """Whether ``value``'s producer sits after ``first`` and before ``last`` in the graph."""
     producer = value.producer
@@ -164,9 +172,7 @@ class Attention(Rule):
         if key is not None:
             verdict = replace(verdict, merged_key=key)
         probs = _probabilities(m)
-        inside = {id(n) for n in m.nodes}
-        if probs.is_graph_output or any(id(n) not in inside and n.op_type not in SHAPE_READERS
-                                        for n, _ in probs.uses()):
+        if _read_outside(m, probs):
             if _produced_between(probs.producer, m.root, m.v):
                 return Refusal("probabilities_read_outside", f"%{m.v.name}: V is computed "
                                f"after the attention probabilities %{probs.name}, which are "
