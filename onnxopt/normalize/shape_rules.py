@@ -653,7 +653,8 @@ SYM_RULES = {
     "ConstantOfShape": sym_constant_of_shape, "Transpose": sym_transpose,
 }
 
-# The rules that also read contents of rank 2 and more (flat, in row-major order): the others
-# take a flat tuple for a list, so they see only 0-d and 1-d contents.
+# The rules that also read contents of rank 2 and more (flat, in row-major order), or only
+# their input's shape (Shape): the others take a flat tuple for a list, so they see only 0-d
+# and 1-d contents.
 TABLE_SYM_RULES = frozenset({"Reshape", "Identity", "Unsqueeze", "Squeeze", "Cast", "Slice",
-                             "Transpose"})
+                             "Transpose", "Shape"})

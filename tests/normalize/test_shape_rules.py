@@ -95,17 +95,21 @@ def test_a_table_is_not_read_as_a_list(make_model):
     """Rules other than the layout ones (Reshape, Transpose, Slice, ...) do not take a [2, 2]
     table's flat contents for a list: Gather on axis 0 picks rows, not elements."""
     text = """
-    g (float[batch, seq] x) => (int64[?] y) <int64[2] rows = {2, 2}, int64[1] first = {0}> {
+    g (float[batch, seq] x) => (int64[?] y, int64[2] z)
+      <int64[2] rows = {2, 2}, int64[1] first = {0}> {
         shape = Shape (x)
         four = Concat <axis = 0> (shape, shape)
         table = Reshape (four, rows)
         y = Gather <axis = 0> (table, first)
+        z = Shape (table)
     }"""
     model = import_model(make_model(text))
     infer_shapes(model)
     table = next(n for n in model.graph if n.op_type == "Reshape").output
     assert table.sym == ("batch", "seq", "batch", "seq")
-    assert model.graph.outputs[0].sym is None
+    y, z = model.graph.outputs
+    assert y.sym is None
+    assert z.sym == (2, 2)  # (a table's shape is read all the same)
 
 
 def test_pad_without_known_amounts_keeps_the_rank(make_model):
