@@ -127,6 +127,11 @@ def specs():
          e.SPEECH_KWARGS, "audio"),
         ("hubert", "HubertConfig", "HubertModel", "sdpa", "last_hidden_state",
          e.SPEECH_KWARGS, "audio"),
+        # Relative-position attention (VITS's text encoder, issue 33) at the sizes above, not
+        # models/vits.*'s one small layer: P read by the relative-value term.
+        ("vits", "VitsConfig", "VitsTextEncoder", "eager", "last_hidden_state",
+         {"hidden_size": HIDDEN, "num_hidden_layers": LAYERS, "num_attention_heads": HEADS,
+          "ffn_dim": INTERMEDIATE, "window_size": 4}, "vits"),
     ]
 
 
@@ -149,6 +154,10 @@ def stage_export(only: list[str] | None) -> None:
             cfg = getattr(transformers, cfg_cls)(**kwargs)
             cfg._attn_implementation = attn
             return getattr(transformers, model_cls)(cfg)
+
+        if kind == "vits":  # (input_ids, attention_mask) through models/export.py's wrapper
+            def build(attn, kwargs=kwargs):
+                return export._vits(attn, **kwargs)
 
         spec = export.Spec(name, build, model_cls, attn,
                            kind if kind in ("vision", "audio") else "text", output, True,

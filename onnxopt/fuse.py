@@ -208,7 +208,9 @@ def _drain(graph: Graph, work: NodeWorklist, by_root, target: Target, report: Fu
                                                            best.progress))
                 continue
             outside = used_outside(m.nodes, m.root)
-            verdict = rule.outside_use(m, outside) if outside else _legal(rule, m, target)
+            verdict = rule.outside_use(m, outside) if outside else None
+            if verdict is None:  # (nothing read outside, or what is the rule takes as output)
+                verdict = _legal(rule, m, target)
             reason = verdict if isinstance(verdict, Refusal) else None
             if not reason and hold_back(rule.name, node.name):
                 reason = Refusal(HELD_BACK_CODE, HELD_BACK, node.name)

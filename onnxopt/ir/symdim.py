@@ -4,10 +4,13 @@ A dimension is an int, a symbol (``"seq"``), a product such as
 ``"4*batch*seq"`` (a canonical monomial: integer coefficient, then sorted
 factors), or ``None`` (unknown). Products appear when a Reshape merges
 dimensions; exact division undoes them, which is what Reshape's ``-1`` needs.
-A sum or difference of plain symbols and numbers — a key/value cache concatenated with
-the new keys, ``past + seq``; the new positions sliced off a mask, ``total - past`` — is
-one symbol of its own, ``"(past+seq)"``, ``"(total-past)"`` (terms sorted, pairs that
-cancel dropped), so two tensors built the same way have provably equal lengths.
+A sum or difference of monomials and numbers — a key/value cache concatenated with
+the new keys, ``past + seq``; the new positions sliced off a mask, ``total - past``; the
+``2·seq − 1`` relative positions of a window of keys — is one symbol of its own,
+``"(past+seq)"``, ``"(total-past)"``, ``"(2*seq-1)"`` (like terms collected, positive ones
+first, each group sorted, the number last; terms that cancel dropped), so two tensors built
+the same way have provably equal lengths. A sum in a product stays a factor (``"4*(s-1)"``:
+exact division by it works), and such a product adds to nothing (it is not a sum's term).
 A floor division of a plain symbol by a positive number is a symbol too, ``"samples//10"``
 (nested ones merge, ``(x//5)//2 = x//10``): the frame count a strided convolution derives
 from the audio length, which an exporter may also compute itself (``samples // 10 - 1``), so
@@ -47,7 +50,7 @@ def to_monomial(d: Dim) -> Monomial | None:
     if isinstance(d, int):
         return (d, ())
     coef, factors = 1, []
-    for part in d.split("*"):
+    for part in _factors(d):
         part = part.strip()
         if part.lstrip("-").isdigit():
             coef *= int(part)
@@ -64,6 +67,27 @@ def from_monomial(m: Monomial) -> Dim:
         return 0
     parts = ([str(coef)] if coef != 1 else []) + list(factors)
     return "*".join(parts)
+
+
+def _factors(d: str) -> list[str]:
+    """``d`` split at the ``*`` outside parentheses (a sum factor keeps its own signs)."""
+    parts, depth, start = [], 0, 0
+    for i, c in enumerate(d):
+        if c == "(":
+            depth += 1
+        elif c == ")":
+            depth -= 1
+        elif c == "*" and depth == 0:
+            parts.append(d[start:i])
+            start = i + 1
+    parts.append(d[start:])
+    return parts
+
+
+def _is_sum(d: Dim) -> bool:
+    """``"(a+b)"``: one parenthesised sum, nothing outside it and no parentheses within."""
+    return (isinstance(d, str) and d.startswith("(") and d.endswith(")")
+            and "(" not in d[1:] and ")" not in d[:-1])
 
 
 def mul(a: Dim, b: Dim) -> Dim:
@@ -118,7 +142,7 @@ def floordiv(a: Dim, s: int) -> Dim:
         return None
     symbols = [(sign, t) for sign, t in terms if not isinstance(t, int)]
     number = sum(sign * t for sign, t in terms if isinstance(t, int))
-    if len(symbols) != 1 or symbols[0][0] != 1 or number % s:
+    if len(symbols) != 1 or symbols[0][0] != 1 or "*" in symbols[0][1] or number % s:
         return None
     return add(_floor_symbol(symbols[0][1], s), number // s)
 
@@ -160,40 +184,51 @@ def sub(a: Dim, b: Dim) -> Dim:
 
 
 def _terms(d: Dim) -> list | None:
-    """Signed terms ``(±1, symbol or number)`` of a sum symbol such as ``"(total-past)"``, or
-    of a plain symbol or number; None for products (a sum of products is not represented)."""
+    """Terms ``(coefficient, t)`` of a sum symbol such as ``"(2*seq-1)"``, or of a monomial or
+    number: ``t`` is a number (coefficient ±1) or a monomial's factors (``"seq"``,
+    ``"seq*seq"``); None for a product with a sum among its factors (not represented)."""
     if isinstance(d, int):
         return [(1, d)]
-    if d is None or "*" in d:
+    if d is None:
         return None
-    if not (d.startswith("(") and d.endswith(")")):
-        return [(1, d)]
-    out = []
-    for token in re.findall(r"[+-]?[^+-]+", d[1:-1]):
-        sign = -1 if token.startswith("-") else 1
-        body = token.lstrip("+-")
-        out.append((sign, int(body) if body.isdigit() else body))
-    return out
+    if _is_sum(d):
+        out = []
+        for token in re.findall(r"[+-]?[^+-]+", d[1:-1]):
+            sign = -1 if token.startswith("-") else 1
+            body = token.lstrip("+-")
+            if body.isdigit():
+                out.append((sign, int(body)))
+            else:
+                coef, factors = to_monomial(body)
+                out.append((sign * coef, "*".join(factors)))
+        return out
+    coef, factors = to_monomial(d)
+    if any("(" in f for f in factors):
+        return None
+    return [(coef, "*".join(factors))] if factors else [(1, coef)]
 
 
 def _sum(terms: list) -> Dim:
-    number = sum(sign * t for sign, t in terms if isinstance(t, int))
+    number = sum(c * t for c, t in terms if isinstance(t, int))
     counts: dict[str, int] = {}
-    for sign, t in terms:
+    for c, t in terms:
         if not isinstance(t, int):
-            counts[t] = counts.get(t, 0) + sign
-    if any(abs(c) > 1 for c in counts.values()):
-        return None  # 2·x is a product, not a sum of distinct symbols
-    plus = sorted(t for t, c in counts.items() if c == 1)
-    minus = sorted(t for t, c in counts.items() if c == -1)
+            counts[t] = counts.get(t, 0) + c
+    plus = sorted((t, c) for t, c in counts.items() if c > 0)
+    minus = sorted((t, -c) for t, c in counts.items() if c < 0)
     if not plus and not minus:
         return number
     if len(plus) == 1 and not minus and not number:
-        return plus[0]
-    text = "+".join(plus) + "".join(f"-{t}" for t in minus)
+        return from_monomial((plus[0][1], tuple(plus[0][0].split("*"))))
+    text = "+".join(_term_text(t, c) for t, c in plus)
+    text += "".join(f"-{_term_text(t, c)}" for t, c in minus)
     if number:
         text += f"{number:+d}"
-    return "(" + text.lstrip("+") + ")"
+    return "(" + text + ")"
+
+
+def _term_text(t: str, coef: int) -> str:
+    return t if coef == 1 else f"{coef}*{t}"
 
 
 def evaluate(d: Dim, sizes: dict, default: int = 1) -> int | None:
@@ -204,10 +239,12 @@ def evaluate(d: Dim, sizes: dict, default: int = 1) -> int | None:
         return d
     terms = _terms(d)
     if terms is not None and (len(terms) > 1 or terms[0][0] < 0):
-        return sum(sign * evaluate(t, sizes, default) for sign, t in terms)
+        return sum(c * evaluate(t, sizes, default) for c, t in terms)
     coef, factors = to_monomial(d)
     for f in factors:
-        if FLOOR in f:
+        if _is_sum(f):
+            coef *= evaluate(f, sizes, default)
+        elif FLOOR in f:
             inner, k = f.rsplit(FLOOR, 1)
             coef *= evaluate(inner, sizes, default) // int(k)
         else:

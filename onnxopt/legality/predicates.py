@@ -18,19 +18,25 @@ from onnxopt.refusal import Refusal
 SHAPE_READERS = frozenset({"Shape", "Size"})
 
 
-def used_outside(nodes: Iterable[Node], root: Node) -> Refusal | None:
+def used_outside(nodes: Iterable[Node], root: Node, exposed: Iterable[Value] = ()
+                 ) -> Refusal | None:
     """An intermediate of the match is read by a node outside it, or is a graph output.
 
     A reader that only looks at the shape (Shape, Size) does not count: the
     intermediate's producer then simply stays in the graph for it, and dead
-    code elimination removes it once nothing reads it.
+    code elimination removes it once nothing reads it. ``exposed``: intermediates the
+    fused op outputs too, which may be read anywhere.
     """
+    nodes = list(nodes)
     inside = {id(n) for n in nodes}
+    skip = {id(v) for v in exposed}
     for node in nodes:
         if node is root:
             continue
         graph = node.graph
         for out in node.outputs:
+            if id(out) in skip:
+                continue
             if graph is not None and out in graph.output_set():
                 return Refusal("intermediate_is_graph_output",
                                f"%{out.name} is a graph output, so it must stay computed",

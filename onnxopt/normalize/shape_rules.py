@@ -9,6 +9,8 @@ than guess.
 
 from __future__ import annotations
 
+import numpy as np
+
 from onnxopt.ir import symdim as sd
 from onnxopt.ir.node import Node
 from onnxopt.ir.value import Value
@@ -293,6 +295,24 @@ def _syms(v: Value | None):
     return _ints(v)
 
 
+def pad(node: Node):
+    """Each padded axis grows by its two amounts (negative ones crop), whatever the mode; the
+    amounts may be symbols (VITS pads its relative-position table by ``seq − window − 1`` on
+    each side, computed at run time and spelled through PyTorch's ``[-1, 2]`` reversal)."""
+    x, s = _x(node), _shape(node)
+    if s is None:
+        return None
+    pads = _syms(_x(node, 1))
+    axes = _ints(_x(node, 3)) if node.input(3) is not None else list(range(len(s)))
+    if pads is None or axes is None or len(pads) != 2 * len(axes):
+        return [(x.dtype, tuple(None for _ in s))]
+    out = list(s)
+    for k, ax in enumerate(axes):
+        ax = _axis(ax, len(s))
+        out[ax] = sd.add(sd.add(s[ax], pads[k]), pads[k + len(axes)])
+    return [(x.dtype, tuple(out))]
+
+
 def split(node: Node):
     s = _shape(node)
     if s is None:
@@ -441,7 +461,7 @@ RULES.update({
     "IsNaN": is_nan, "IsInf": is_nan, "Cast": cast, "MatMul": matmul, "Gemm": gemm,
     "Transpose": transpose, "Reshape": reshape, "Unsqueeze": unsqueeze, "Squeeze": squeeze,
     "Expand": expand, "Concat": concat, "Shape": shape_op, "Gather": gather, "GatherND": gather_nd,
-    "Slice": slice_op,
+    "Slice": slice_op, "Pad": pad,
     "ConstantOfShape": constant_of_shape, "Flatten": flatten, "Tile": tile, "Range": range_op,
     "Split": split, "Conv": conv, "ConvInteger": conv_integer, "MatMulInteger": matmul_integer, "DynamicQuantizeLinear": dynamic_quantize,
     "QuantizeLinear": quantize, "DequantizeLinear": dequantize, "GatherElements": like_indices, "ScatterND": like_data,
@@ -479,13 +499,55 @@ def sym_concat(node: Node):
     return tuple(d for p in parts for d in p)
 
 
+def _table(v: Value):
+    """The contents of ``v`` as an array of its static shape (of rank 2 or more), or None."""
+    if v.sym is None or v.shape is None or not all(isinstance(d, int) for d in v.shape):
+        return None
+    if int(np.prod(v.shape)) != len(v.sym):
+        return None
+    table = np.empty(len(v.sym), dtype=object)
+    table[:] = list(v.sym)
+    return table.reshape(v.shape)
+
+
+def sym_transpose(node: Node):
+    """Contents of a transposed table of ints (rank 1 is the identity)."""
+    x = _x(node)
+    if x.shape is not None and len(x.shape) <= 1:
+        return x.sym
+    table = _table(x)
+    perm = node.attr("perm")
+    if table is None:
+        return None
+    return tuple(table.transpose(perm).reshape(-1))
+
+
 def sym_slice(node: Node):
+    if _x(node).shape is not None and len(_x(node).shape) > 1:
+        return _sym_slice_table(node)
     data = _x(node).sym
     starts, ends = _ints(_x(node, 1)), _ints(_x(node, 2))
     steps = _ints(_x(node, 4)) if node.input(4) is not None else [1]
     if data is None or starts is None or ends is None or steps is None or len(starts) != 1:
         return None
     return tuple(data[slice(starts[0], ends[0], steps[0])])
+
+
+def _sym_slice_table(node: Node):
+    """Slice of a table of ints (PyTorch reverses its ``[-1, 2]`` view of a pad list so)."""
+    table = _table(_x(node))
+    starts, ends = _ints(_x(node, 1)), _ints(_x(node, 2))
+    if table is None or starts is None or ends is None:
+        return None
+    axes = _ints(_x(node, 3)) if node.input(3) is not None else list(range(len(starts)))
+    steps = _ints(_x(node, 4)) if node.input(4) is not None else [1] * len(starts)
+    if axes is None or steps is None or 0 in steps:
+        return None
+    index = [slice(None)] * table.ndim
+    for st, en, ax, sp in zip(starts, ends, axes, steps):
+        ax = _axis(ax, table.ndim)
+        index[ax] = ort_slice(table.shape[ax], st, en, sp)
+    return tuple(table[tuple(index)].reshape(-1))
 
 
 def _binary(fn):
@@ -532,6 +594,27 @@ def _eq(a, b):
     return None
 
 
+def _extreme(pick):
+    """Max or Min of two contents: numbers compared; a dim against 0 (a dim is never
+    negative); equal values are themselves; anything else is unknown (None), an element at a
+    time, so ``Max(0, seq − 5)`` in a pad list leaves the other amounts known."""
+    def rule(a, b):
+        if isinstance(a, int) and isinstance(b, int):
+            return pick(a, b)
+        if sd.same(a, b):
+            return a
+        for x, y in ((a, b), (b, a)):
+            if y == 0 and _plain_symbol(x):
+                return x if pick is max else 0
+        return None
+    return rule
+
+
+def _two_inputs(rule):
+    """``rule`` for a variadic op (Max, Min) given two inputs; with more, unknown."""
+    return lambda node: rule(node) if len(node.inputs) == 2 else None
+
+
 def sym_where(node: Node):
     c, a, b = (_x(node, i).sym for i in range(3))
     if c is None or a is None or b is None or None in c:
@@ -566,5 +649,12 @@ SYM_RULES = {
     "Concat": sym_concat, "Slice": sym_slice, "Reshape": sym_passthrough,
     "Add": _binary(sd.add), "Sub": _binary(sd.sub), "Mul": _binary(sd.mul),
     "Div": _binary(_int_div), "Equal": _binary(_eq), "Where": sym_where,
-    "ConstantOfShape": sym_constant_of_shape,
+    "Max": _two_inputs(_binary(_extreme(max))), "Min": _two_inputs(_binary(_extreme(min))),
+    "ConstantOfShape": sym_constant_of_shape, "Transpose": sym_transpose,
 }
+
+# The rules that also read contents of rank 2 and more (flat, in row-major order), or only
+# their input's shape (Shape): the others take a flat tuple for a list, so they see only 0-d
+# and 1-d contents.
+TABLE_SYM_RULES = frozenset({"Reshape", "Identity", "Unsqueeze", "Squeeze", "Cast", "Slice",
+                             "Transpose", "Shape"})

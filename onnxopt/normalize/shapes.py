@@ -26,7 +26,7 @@ from onnxopt.ir.node import STANDARD_DOMAINS, Node
 from onnxopt.ir.semantics import annotate
 from onnxopt.ir.tensor import LazyTensor
 from onnxopt.ir.value import Value
-from onnxopt.normalize.shape_rules import RULES, SYM_RULES
+from onnxopt.normalize.shape_rules import RULES, SYM_RULES, TABLE_SYM_RULES
 from onnxopt.rewrite.driver import PassResult
 
 MAX_SYM_ELEMENTS = 16
@@ -126,6 +126,10 @@ def _infer_node(graph: Graph, node: Node) -> int:
         for out in node.outputs:
             out.shape = _clean_shape(out.shape)
     sym_rule = SYM_RULES.get(node.op_type)
+    if sym_rule is not None and node.op_type not in TABLE_SYM_RULES and any(
+            v is not None and v.sym is not None and v.shape is not None and len(v.shape) > 1
+            for v in node.inputs):
+        sym_rule = None  # a table's contents, which this rule would read as a list
     if sym_rule is not None and len(node.outputs) == 1:
         node.output.sym = _contents(node, _apply(sym_rule, node))
         if node.output.sym is not None and _fold(graph, node):
@@ -145,10 +149,14 @@ def _apply(rule, node: Node):
 
 
 def _contents(node: Node, sym):
-    """Contents are tracked for 0-d and 1-d values only: a flat tuple cannot say the shape of
-    anything larger (the reflect-padding idiom reshapes pads to ``[-1, 2]``)."""
+    """Contents are tracked for 0-d and 1-d values, and for small tables of a static shape
+    (flat, in row-major order: PyTorch's pad lists go through a ``[-1, 2]`` view), which only
+    the rules of :data:`TABLE_SYM_RULES` read."""
     shape = node.output.shape
-    if sym is None or shape is None or len(shape) > 1:
+    if sym is None or shape is None:
+        return None
+    if len(shape) > 1 and not (all(isinstance(d, int) for d in shape)
+                               and int(np.prod(shape)) == len(sym) <= MAX_SYM_ELEMENTS):
         return None
     if len(shape) == 0 and len(sym) != 1:
         return None

@@ -32,6 +32,13 @@ every score that the sum rounds to the fill (the float32 minimum Hugging Face ma
 every key weighs the same and the row is the mean of V; with ``-inf`` it is NaN. A kernel that
 builds the mask itself must reproduce that.
 
+Outputs: ``O`` ``[B, H, Sq, Dv]``, and optionally ``P`` ``[B, H, Sq, Skv]``, the probabilities
+``softmax(softcap(Q·Kᵀ·scale) + mask)`` (NaN-guarded like ``O`` with ``nan_to_zero``), for a
+model that also reads them outside the product with V: VITS's relative-value term, attention
+weights returned. Only a kernel that computes P may bind a node whose P is read
+(``Kernel.probabilities``; :func:`reads_probabilities`): the decomposition does; a streaming
+kernel never holds P whole, and ONNX Runtime's attention ops do not return it.
+
 Always BNSH: the layout a kernel wants is the kernel's concern, decided when
 select binds it (``Kernel.layout``; select/layout.py reads through the model's
 own head split and merge), never absorbed into the fused op and undone again.
@@ -99,12 +106,22 @@ def decompose(b, node: Node):
     if attrs.nan_to_zero:
         zero = b.const(np.array(0, _np_dtype(node.inputs[0].dtype)), "zero")
         probs = b.op("Where", b.op("IsNaN", probs), zero, probs)
+    p_out = probs  # [B, H, Sq, Skv]: the P output, for readers outside (unread, it is free)
     if grouped:
         probs = b.op("Reshape", probs, b.const(np.array([0, kv_heads, -1, 0], np.int64), "group"))
     out = b.op("MatMul", probs, v)
     if grouped:
         out = b.op("Reshape", out, b.const(np.array([0, heads, -1, 0], np.int64), "ungroup"))
-    return [out]
+    return [out, p_out]
+
+
+def reads_probabilities(node: Node) -> bool:
+    """Whether something reads ``node``'s P output (a reader, or a graph output): then only a
+    kernel that computes P may bind it."""
+    if len(node.outputs) < 2:
+        return False
+    p = node.outputs[1]
+    return bool(p.num_uses or p.is_graph_output)
 
 
 def scaled_scores(b, node: Node, attrs: AttentionAttrs, scores):
@@ -148,7 +165,7 @@ def _np_dtype(dtype: str | None):
 ATTENTION = FusedOp(
     name="AttentionFused",
     inputs=(Port("Q"), Port("K"), Port("V"), optional("mask"), optional("key_padding_mask")),
-    outputs=(Port("O"),),
+    outputs=(Port("O"), optional("P")),
     attrs=AttentionAttrs,
     decompose=decompose,
     reference=reference,

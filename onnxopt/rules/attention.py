@@ -11,9 +11,13 @@ additive (where_to_additive). What is left to recognise here:
 - grouped-query heads: K and V repeated by ``Unsqueeze(axis 2) → Expand|Tile →
   Reshape``, absorbed so the fused op reads the un-repeated K/V.
 
-Probabilities read by anything but P·V (VITS's relative-value term, weights returned) are
-refused with a code of their own, ``probabilities_read_outside`` (:meth:`outside_use`): the
-fused op outputs P·V alone.
+Probabilities read by anything but P·V (VITS's relative-value term, the weights returned) are
+the fused op's second output, ``P`` (:meth:`outside_use`, then ``legal`` names them in the
+facts' ``outputs``): computed once, by a kernel that can write them (selection refuses the
+others, ``probabilities_not_output``). Refused with a code of their own,
+``probabilities_read_outside``, where what is read is not the P the fused op defines (the
+softmax before SDPA's NaN guard), or where V is computed after them (the fused node takes
+P's place in the graph, so V must come first).
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from onnxopt.legality.predicates import (
     last_axis,
     not_scalar_constant,
     reduction_order,
+    used_outside,
 )
 from onnxopt.match.pattern import Builder, Match
 from onnxopt.ops import AttentionAttrs, MaskKind
@@ -67,6 +72,35 @@ def _through_views(node):
             break
         node = readers[0]
     return node
+
+
+def _probabilities(m: Match):
+    """P: the softmax's output, past SDPA's NaN guard where there is one."""
+    return m.softmax.output if m.nan_guard is None else m.nan_guard.output
+
+
+def _read_outside(m: Match, value) -> bool:
+    """Whether ``value`` is a graph output or read by a node outside the match (other than for
+    its shape)."""
+    inside = {id(n) for n in m.nodes}
+    return value.is_graph_output or any(id(n) not in inside and n.op_type not in SHAPE_READERS
+                                        for n, _ in value.uses())
+
+
+def _produced_between(first, last, value) -> bool:
+    """Whether ``value``'s producer sits after ``first`` and before ``last`` in the graph."""
+    producer = value.producer
+    if producer is None or producer.graph is not first.graph:
+        return False
+    after = False
+    for node in first.graph:
+        if node is first:
+            after = True
+        elif node is last:
+            return False
+        elif after and node is producer:
+            return True
+    return False
 
 
 def _scalar(value) -> float:
@@ -137,26 +171,35 @@ class Attention(Rule):
             return verdict
         if key is not None:
             verdict = replace(verdict, merged_key=key)
+        probs = _probabilities(m)
+        if _read_outside(m, probs):
+            if _produced_between(probs.producer, m.root, m.v):
+                return Refusal("probabilities_read_outside", f"%{m.v.name}: V is computed "
+                               f"after the attention probabilities %{probs.name}, which are "
+                               "also read outside P·V: AttentionFused, which outputs them, "
+                               "would have to come before V", f"%{m.v.name}")
+            verdict = replace(verdict, outputs=(probs,))
         return reduction_order(target, "attention (streaming softmax)") or verdict
 
-    def outside_use(self, m: Match, refusal: Refusal) -> Refusal:
+    def outside_use(self, m: Match, refusal: Refusal) -> Refusal | None:
         """The probabilities P read by something other than P·V (a relative-value term, as in
-        VITS; the attention weights returned): AttentionFused yields P·V alone, so P would
-        have to be computed twice, once outside the fused op, for nothing."""
-        probs = m.softmax.output if m.nan_guard is None else m.nan_guard.output
+        VITS; the attention weights returned): AttentionFused outputs them too (``None``:
+        ``legal`` decides). Refused where the value read is the softmax before SDPA's NaN guard,
+        which the fused op does not output."""
+        probs = _probabilities(m)
         if refusal.subject not in (f"%{m.softmax.output.name}", f"%{probs.name}"):
             return refusal
+        other = used_outside(m.nodes, m.root, exposed=(probs,))
+        if other is None or other.subject != f"%{m.softmax.output.name}":
+            return other
         inside = {id(n) for n in m.nodes}
-        values = [probs] if probs is m.softmax.output else [probs, m.softmax.output]
-        readers = [n for v in values for n, _ in v.uses()
+        readers = [n for n, _ in m.softmax.output.uses()
                    if id(n) not in inside and n.op_type not in SHAPE_READERS]
-        if not readers:
-            return refusal
-        reader = _through_views(readers[0])
-        return Refusal("probabilities_read_outside", f"%{probs.name}: the attention "
-                       f"probabilities are also read by {reader.name} ({reader.op_type}), not "
-                       "only by P·V (a relative-value term, or the weights returned): "
-                       "AttentionFused outputs P·V alone", f"%{probs.name}")
+        reader = _through_views(readers[0]) if readers else None
+        by = f"by {reader.name} ({reader.op_type})" if reader else "as a graph output"
+        return Refusal("probabilities_read_outside", f"%{m.softmax.output.name}: the "
+                       f"attention probabilities are read before the NaN guard {by}: "
+                       "AttentionFused outputs them after it", f"%{m.softmax.output.name}")
 
     def _mask_kind(self, m: Match) -> Refusal | AttentionFacts:
         """Prove what the mask contains (causal, a band, key padding); refuse a fake causal
@@ -279,6 +322,9 @@ class Attention(Rule):
             head_size=q.shape[-1] if isinstance(q.shape[-1], int) else 0,
             window=info.window if mask is not None else 0,
             mask_fill=info.fill if mask is not None and info.fill is not None else 0.0)
+        if facts.outputs:  # [O, P]: P replaces the probabilities read outside
+            return b.fused("AttentionFused", q, k, m.v, mask, info.padding_input, attrs=attrs,
+                           outputs=2)
         return b.fused("AttentionFused", q, k, m.v, mask, info.padding_input, attrs=attrs)
 
     def describe(self, m: Match, facts: AttentionFacts) -> str:
@@ -296,4 +342,6 @@ class Attention(Rule):
                      + (" (a bias: values between 0 and the masking range)" if info.bias else ""))
         if m.bias is not None:
             parts.append("+ bias")
+        if facts.outputs:
+            parts.append("probabilities read outside (output P)")
         return ", ".join(parts)

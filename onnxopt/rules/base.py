@@ -72,10 +72,12 @@ class Rule:
         facts ``rewrite`` needs."""
         return None
 
-    def outside_use(self, m: Match, refusal: Refusal) -> Refusal:
+    def outside_use(self, m: Match, refusal: Refusal) -> Refusal | None:
         """The refusal for an intermediate of ``m`` read outside it (the driver's shared
         predicate found it): a rule that knows what that intermediate means says so in its own
-        terms (a code of its own, what to do about it); by default, the predicate's own."""
+        terms (a code of its own, what to do about it); by default, the predicate's own.
+        ``None``: the rule's fused op outputs what is read outside (attention's
+        probabilities); ``legal`` then runs and names it in its facts' ``outputs``."""
         return refusal
 
     def rewrite(self, b: NodeBuilder, m: Match, facts: Facts | None

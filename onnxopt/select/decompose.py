@@ -76,7 +76,7 @@ def decomposition_kernels() -> list[Kernel]:
         Kernel(name=f"decompose.{name}", implements=name, backend=Backend.DECOMPOSE,
                emit=_emit(name),
                dtypes=frozenset({"float32", "float16", "bfloat16", "float64"}), cost=1.0,
-               notes="standard ONNX ops; always legal")
+               probabilities=True, notes="standard ONNX ops; always legal")
         for name in sorted(FUSED_OPS)
     ]
     kernels.append(Kernel(

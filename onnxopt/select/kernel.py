@@ -21,6 +21,7 @@ from typing import Any
 from onnxopt.ir.node import Node
 from onnxopt.legality.target import Target
 from onnxopt.ops import AttentionAttrs, FusedAttrs, attributes_of
+from onnxopt.ops.attention import reads_probabilities
 from onnxopt.refusal import Refusal, refusal
 
 ALL_FLOATS = frozenset({"float32", "float16", "bfloat16", "float64"})
@@ -71,7 +72,9 @@ class Kernel:
     (``[B, S, H*D]``), for which select reads through the model's own head split
     and merge (select/layout.py) — layout is decided here, once, per kernel.
     ``requires`` checks what is specific to the op (layouts, mask shapes, attribute
-    values) and returns a :class:`Refusal` or None.
+    values) and returns a :class:`Refusal` or None. ``probabilities``: the kernel can write
+    attention's P output (the decomposition computes P whole; a streaming kernel or an
+    ONNX Runtime op does not), so it may bind a node whose P the model also reads.
     """
 
     name: str
@@ -89,6 +92,7 @@ class Kernel:
     causal: bool = True
     grouped_query: bool = True
     deterministic: bool = True
+    probabilities: bool = False
     cost: float = 1.0
     # Branches on the sequence length at run time from this many positions (0: never);
     # ``--tune`` then times every candidate at a longer sequence too.
@@ -130,6 +134,11 @@ class Kernel:
         attrs = attributes_of(node) if attrs is None else attrs
         if isinstance(attrs, AttentionAttrs) and (reason := self._attention_refusal(attrs)):
             return reason
+        if isinstance(attrs, AttentionAttrs) and not self.probabilities and \
+                reads_probabilities(node):
+            p = node.outputs[1]
+            return refusal("probabilities_not_output", f"does not output the attention "
+                           f"probabilities, which the model also reads (%{p.name})", p.name)
         if not self.deterministic and target.determinism == "strict":
             return refusal("not_deterministic", "is not deterministic and determinism is strict")
         if self.backend != Backend.DECOMPOSE and (empty := _empty_input(node)) is not None:
@@ -183,7 +192,8 @@ class Kernel:
             "min_compute_capability": ".".join(map(str, self.min_compute_capability)),
             "head_dims": sorted(self.head_dims) if self.head_dims else None,
             "causal": self.causal, "grouped_query": self.grouped_query,
-            "deterministic": self.deterministic, "cost": self.cost,
+            "deterministic": self.deterministic, "probabilities": self.probabilities,
+            "cost": self.cost,
             "switch_seq": self.switch_seq, "layout": str(self.layout), "notes": self.notes,
         }
 

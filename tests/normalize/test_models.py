@@ -39,7 +39,11 @@ def test_normalized_model_computes_the_same(path, stage, tmp_path):
     verify_graph(model.graph)
     after = _count(model)
     print(f"{os.path.basename(path)} ({stage}): {before} -> {after} nodes; {counts}")
-    assert after < before
+    # unmerge_heads makes 3-D attention 4-D by splitting computed operands with a run-time
+    # shape (Shape, Slice, Concat, Reshape): VITS's relative-position terms stay 3-D around
+    # the 4-D chain, so its normalized graph can be larger. The optimized model never is
+    # (tests/rules/test_relative_position_attention.py).
+    assert after < before or "unmerge_heads" in counts
 
     out = tmp_path / "normalized.onnx"
     onnx.save(export_model(model), str(out))

@@ -47,3 +47,34 @@ def test_the_cap_changes_the_result_and_keeps_masked_keys_masked(rng):
     first = reference(f["q"], f["k"], f["v"], only_first, scale=0.35, softcap=2.0)
     np.testing.assert_allclose(first, np.repeat(f["v"], 2, axis=1)[..., :1, :].repeat(5, axis=2),
                                rtol=1e-6)
+
+
+PROBABILITIES = """
+g (float[B, 4, S, 8] q, float[B, 2, S, 8] k, float[B, 2, S, 8] v, float[B, 1, S, S] m)
+  => (float[B, 4, S, 8] o, float[B, 4, S, S] p) {{
+  o, p = ai.onnxopt.AttentionFused <num_heads = 4, kv_num_heads = 2, scale = 0.35,
+      head_size = 8{attrs}> (q, k, v, m)
+}}"""
+
+
+@pytest.mark.parametrize("nan_to_zero", [False, True])
+def test_the_decomposition_outputs_the_probabilities(decompose, rng, nan_to_zero):
+    """P: softmax(Q·Kᵀ·scale + mask) per query head (grouped K read by its kv head), NaN-guarded
+    as O is; O is P·V."""
+    d = decompose(PROBABILITIES.format(attrs=", nan_to_zero = 1" if nan_to_zero else ""))
+    f = _feeds(rng)
+    if nan_to_zero:
+        f["m"][0, 0, 1] = -np.inf  # a row with every key masked: P is 0 there, not NaN
+    o, p = d.run(**f)
+    k = np.repeat(f["k"], 2, axis=1).astype(np.float64)
+    scores = np.einsum("bhsd,bhtd->bhst", f["q"].astype(np.float64), k) * 0.35 + f["m"]
+    with np.errstate(invalid="ignore"):
+        want = np.exp(scores - scores.max(-1, keepdims=True))
+        want /= want.sum(-1, keepdims=True)
+    if nan_to_zero:
+        want = np.nan_to_num(want, nan=0.0)
+        assert not np.isnan(p).any() and not p[0, :, 1].any()
+    np.testing.assert_allclose(p, want, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(o, reference(f["q"], f["k"], f["v"], f["m"], num_heads=4,
+                                            kv_num_heads=2, scale=0.35, nan_to_zero=nan_to_zero),
+                               rtol=1e-5, atol=1e-5)

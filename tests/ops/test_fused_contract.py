@@ -121,8 +121,8 @@ def test_the_builder_checks_ports_and_records(graph_of):
         b.fused("AttentionFused", q, k, v, None, None, q, attrs=AttentionAttrs())
     with pytest.raises(SchemaError, match="attributes are a AttentionAttrs, got a GroupNormAttrs"):
         b.fused("AttentionFused", q, k, v, attrs=GroupNormAttrs())
-    with pytest.raises(SchemaError, match="2 outputs, the schema declares 1"):
-        b.fused("AttentionFused", q, k, v, outputs=2, attrs=AttentionAttrs())
+    with pytest.raises(SchemaError, match="3 outputs, the schema declares 2"):
+        b.fused("AttentionFused", q, k, v, outputs=3, attrs=AttentionAttrs())
     out = b.fused("AttentionFused", q, k, v, attrs=AttentionAttrs(num_heads=4, scale=0.5))
     assert attributes_of(out.producer) == AttentionAttrs(num_heads=4, scale=0.5)
 

@@ -122,9 +122,25 @@ def test_scale_that_is_not_a_scalar_is_refused(make_model):
                     "not_a_scalar")
 
 
-def test_probabilities_that_are_a_graph_output_are_refused(make_model):
+def test_probabilities_that_are_a_graph_output_are_the_fused_ops_second_output(make_model):
+    """The attention weights returned (a graph output): AttentionFused outputs P too, and only
+    the decomposition, which computes P whole, may bind it (issue 33)."""
     proto = _attention(make_model, outputs="float[batch, 4, seq, 16] o, float[batch, 4, seq, seq] p")
-    _assert_refused(make_model, proto, "%p is a graph output, so it must stay computed",
+    result, regions = _explain(proto)
+    assert [(r.status, r.detail) for r in regions] == [
+        ("fused", "heads 4, scale 0.25, mask additive, probabilities read outside (output P)")]
+    (selection,) = result.report.stages["select"].selections
+    assert selection.chosen.name == "decompose.AttentionFused"
+    rejected = {k.name: r.code for k, r in selection.rejected}
+    assert rejected["ort.MultiHeadAttention"] == "probabilities_not_output"
+    assert rejected["decompose.AttentionFused.lean"] == "probabilities_not_output"
+    assert [o.name for o in result.proto.graph.output] == ["o", "p"]
+    assert verify_models(proto, result.proto).ok
+
+
+def test_scores_that_are_a_graph_output_are_refused(make_model):
+    proto = _attention(make_model, outputs="float[batch, 4, seq, 16] o, float[batch, 4, seq, seq] a")
+    _assert_refused(make_model, proto, "%a is a graph output, so it must stay computed",
                     "intermediate_is_graph_output")
 
 

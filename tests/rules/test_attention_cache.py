@@ -50,12 +50,16 @@ def test_sum_symbols():
     assert sd.sub("(past+seq)", "seq") == "past"
     assert sd.evaluate("(past+seq)", {"past": 7, "seq": 4}) == 11
     assert sd.evaluate("4*batch", {"batch": 2}) == 8
-    assert sd.add("4*batch", "seq") is None  # products inside sums are not represented
+    assert sd.add("4*batch", "seq") == "(4*batch+seq)"  # products inside sums (issue 33)
+    assert sd.sub(sd.mul(2, "seq"), 1) == "(2*seq-1)" == sd.add(sd.add(9, "seq"), "(seq-10)")
+    assert sd.evaluate("(2*seq-1)", {"seq": 5}) == 9 and sd.evaluate("2*(seq-1)", {"seq": 5}) == 8
+    assert sd.div(sd.mul(16, "(seq-1)"), "(seq-1)") == 16  # a sum in a product is a factor
+    assert sd.add(sd.mul("seq", "(seq-1)"), 1) is None  # a sum inside a product, in a sum
     # OPT slices its positions after the cache: total - past, and past + (total - past) = total
     assert sd.sub("total", "past") == "(total-past)"
     assert sd.add("past", sd.sub("total", "past")) == "total"
     assert sd.evaluate("(total-past)", {"total": 11, "past": 7}) == 4
-    assert sd.add("x", "x") is None and sd.sub("x", "x") == 0
+    assert sd.add("x", "x") == "2*x" and sd.sub("x", "x") == 0
 
 
 def test_cached_attention_fuses_with_its_mask_classified(make_model):
