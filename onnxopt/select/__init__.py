@@ -161,7 +161,9 @@ def _bind_for_regimes(model: Model, node, per_regime: list, target: Target) -> S
         no_switch = _no_switch_reason(pair, many.chosen, single.chosen, per_regime, threshold,
                                       switched, alone)
     selection = single
-    selection.regimes = chosen
+    # Each regime runs the one kernel; the regimes' own favourites are in ``no_switch``'s text
+    # where a switch was weighed.
+    selection.regimes = {label: single.chosen.name for label in chosen}
     selection.no_switch = no_switch
     bind(model, node, selection.chosen, target)
     return selection
