@@ -212,7 +212,7 @@ def _no_switch_reason(few: Kernel, many: Kernel, single: Kernel, per_regime: lis
     short = [r.label for r, _ in per_regime
              if threshold < r.seq and many.switch_seq and r.seq < many.switch_seq]
     text = (f"queries <= {threshold}: {few.name}; more: {many.name} estimated "
-            f"{math.exp(switched):.2f}x the regimes' best kernels (geometric product, the If "
+            f"{math.exp(switched):.2f}x the regimes' best kernels (product over the regimes, the If "
             f"included) against {math.exp(alone):.2f}x for {single.name} alone")
     if short:
         text += (f"; {many.name} runs no blocks below {many.switch_seq} queries "

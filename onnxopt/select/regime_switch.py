@@ -9,6 +9,12 @@ blocks is 0.7x the decomposition at 512 queries and 1.3-2.2x it in a decode step
 branch from a copy of the fused node that reads the same outer values. Both branches compute
 the fused op's function, so the output does not depend on which one runs; ONNX Runtime runs
 only the branch taken.
+
+The ``If`` is not free: its branches read the key/value cache from the outer graph, and ONNX
+Runtime (1.31, CPU) then allocates that memory per run outside its memory pattern — 2-7% of a
+hidden-512 GPT-2 decode step, with the pattern disabled nothing. So selection makes a switch
+only where it costs less over the regimes than one kernel for all of them, the If priced in
+(``onnxopt.select._switched_cost``, ``cost_model.switch_cost``).
 """
 
 from __future__ import annotations
