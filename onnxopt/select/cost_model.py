@@ -116,15 +116,17 @@ SEED: dict[tuple[str, ...], float] = {
 
 
 # What switching kernels by query length costs the few-query regime (a decode step), relative
-# to the kernel it switches to there: the ``If`` reads the key/value cache from the outer graph,
-# and ONNX Runtime 1.31 (CPU) then plans that memory per run instead of from its memory
-# pattern. Measured on the hidden-512 GPT-2 decoder_with_past exports of
-# benchmarks/decode_speed.py (dynamo, 8 heads of 64, interleaved): the same decomposition in an
-# If and inline, 2-7% of a whole decode step at past 127-1023 and batch 4 past 511, where the
-# four attention nodes are 10-15% of the step; an If around a bare decode attention reading a
-# Concat-made cache that is also an output: 13-33 us against 110 us at 1,024 keys
-# (RESULTS.md, "The query-length switch costs its decode steps"). A prefill's attention is so
-# much larger that its If is noise there. Elsewhere not measured: no cost assumed.
+# to the kernel it switches to there: the ``If``'s branches read the key/value cache from the
+# outer graph, and ONNX Runtime 1.31 (CPU) runs the attention's MatMuls over it slower there than
+# the same nodes outside an If (profiled at past 1023: 1.3x and 1.6x). Measured on the hidden-512
+# GPT-2 decoder_with_past exports of benchmarks/decode_speed.py (dynamo, 8 heads of 64,
+# interleaved): the same decomposition in an If and inline, 2-7% of a whole decode step at past
+# 127-1023 and batch 4 past 511, where the four attention nodes are 10-15% of the step; four
+# decode attentions over a Concat-made cache that is also an output (benchmarks/if_cache_cost.py):
+# 28-57 us per If against about 110 us per attention at past 1023, 2 us at past 127, not
+# resolved from the noise at 4095 (RESULTS.md, "The query-length switch costs decode steps"). A
+# prefill's attention is so much larger that its If is noise there. Elsewhere not measured: no
+# cost assumed.
 SWITCH_COST: dict[str, float] = {CPU: 0.25}
 
 
