@@ -27,7 +27,8 @@ weights, seeded, perturbed as in ``cpu_speed.py``) with ``models/export.py``'s
 
 ``--stage if-cost`` times what an ``If`` costs ONNX Runtime per run (one per attention block
 where selection switches kernels by query length): a chain of Softmax nodes with and without
-an ``If`` around each.
+an ``If`` around each. (Around a decode attention whose branches read a Concat-made cache the
+``If`` costs far more: ``benchmarks/if_cache_cost.py``.)
 
 Cells (batch, new tokens, past): decode 1x1 past 127, 1x1 past 1023, 4x1 past 511, 1x1 past
 4095, and a 128-token prefill (1x128, past 0). Every cell runs the variants interleaved

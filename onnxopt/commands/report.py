@@ -163,6 +163,9 @@ def print_selection(out: Console, report) -> None:
                 said.setdefault((k.name, key), str(why))
         why = "\n".join(f"{name}: {said[(name, c.most_common(1)[0][0])]}"
                         for name, c in reasons.items())
+        no_switch = next((s.no_switch for s in sels if getattr(s, "no_switch", None)), None)
+        if no_switch is not None:
+            why += f"\nno query-length switch: {no_switch}"
         basis = Counter(s.basis for s in sels).most_common(1)[0][0]
         table.add_row(op, chosen, str(len(sels)), basis, why)
     out.print(table)
@@ -209,6 +212,8 @@ def print_explain(result) -> None:
                       markup=False)
             for regime, kernel in s.regimes.items():
                 out.print(f"         {regime}: {kernel}", markup=False)
+            if s.no_switch is not None:
+                out.print(f"         no query-length switch: {s.no_switch}", markup=False)
             for k, reason in s.rejected:
                 out.print(f"         not {k.name}: {reason}", markup=False)
     print_fusion(out, result.fusion)

@@ -17,6 +17,7 @@ from onnxopt.ir.builder import FUSED_DOMAIN
 from onnxopt.ir.model import Model
 from onnxopt.legality.target import Target
 from onnxopt.options import OptimizeOptions
+from onnxopt.refusal import Refusal, refusal
 from onnxopt.runtime.ort_module import ort
 from onnxopt.select import cost_model, regime_switch, tuning, workload
 from onnxopt.select.bind import bind
@@ -121,8 +122,10 @@ def _select_in(node, legal: list[Kernel], target: Target, registry: list[Kernel]
 def _bind_for_regimes(model: Model, node, per_regime: list, target: Target) -> Selection:
     """Bind ``node`` to the kernel its regimes agree on; where the fewest-query and the
     most-query regimes disagree, to both, switched on the query length (the largest query
-    count of a regime that wants the few-query kernel is the threshold). Where the node
-    cannot be switched, the kernel whose costs over all regimes are least (geometric mean)."""
+    count of a regime that wants the few-query kernel is the threshold) — where that switch
+    costs less over the regimes than the best single kernel (:func:`_switched_cost`: the If is
+    not free in a decode step). Otherwise the kernel whose costs over all regimes are least
+    (geometric mean), and the report says why there is no switch."""
     chosen = {r.label: s.chosen.name for r, s in per_regime}
     by_seq = sorted(per_regime, key=lambda rs: rs[0].seq)
     few, many = by_seq[0][1], by_seq[-1][1]
@@ -135,27 +138,33 @@ def _bind_for_regimes(model: Model, node, per_regime: list, target: Target) -> S
     fewest_many = min(r.seq for r, s in per_regime if s.chosen.name == many.chosen.name)
     threshold = max((r.seq for r, s in per_regime
                      if s.chosen.name == few.chosen.name and r.seq < fewest_many), default=None)
-    if threshold is not None and regime_switch.can_switch(node, few.chosen, many.chosen,
-                                                          model.opset):
-        regime_switch.bind_by_queries(model, node, few.chosen, many.chosen, target, threshold)
-        selection.also = few.chosen
-        selection.switch = (f"queries <= {threshold}: {few.chosen.name}; more: "
-                            f"{many.chosen.name}")
-        return selection
     single = min((s for _, s in per_regime), key=lambda s: _overall(s.chosen.name, per_regime))
-    if threshold is not None and (pair := _switchable_few(node, few, many, model.opset)) \
-            and _pair_cost(pair, few) < _overall(single.chosen.name, per_regime):
-        # The few-query regime's best kernel cannot share an If with the many-query one (a
-        # packed-layout kernel, or one that takes over the key/value cache), but its next best
-        # can, and that pair costs less over the regimes than any one kernel for all of them.
-        regime_switch.bind_by_queries(model, node, pair, many.chosen, target, threshold)
-        many.also = pair
-        many.switch = f"queries <= {threshold}: {pair.name}; more: {many.chosen.name}"
-        many.regimes = {**chosen, **{r.label: pair.name for r, s in per_regime
-                                     if s.chosen.name == few.chosen.name}}
-        return many
+    no_switch = None
+    pair = None
+    if threshold is not None:
+        # The few-query regime's best kernel, or where it cannot share an If with the
+        # many-query one (a packed-layout kernel, or one that takes over the key/value cache)
+        # its next best that can.
+        pair = few.chosen if regime_switch.can_switch(node, few.chosen, many.chosen,
+                                                       model.opset) \
+            else _switchable_few(node, few, many, model.opset)
+    if pair is not None:
+        switched = _switched_cost(pair, many.chosen, per_regime, threshold, target)
+        alone = _overall(single.chosen.name, per_regime)
+        if switched < alone:
+            regime_switch.bind_by_queries(model, node, pair, many.chosen, target, threshold)
+            many.also = pair
+            many.switch = f"queries <= {threshold}: {pair.name}; more: {many.chosen.name}"
+            many.regimes = {**chosen, **{r.label: pair.name for r, s in per_regime
+                                         if r.seq <= threshold}}
+            return many
+        no_switch = _no_switch_reason(pair, many.chosen, single.chosen, per_regime, threshold,
+                                      switched, alone)
     selection = single
-    selection.regimes = chosen
+    # Each regime runs the one kernel; the regimes' own favourites are in ``no_switch``'s text
+    # where a switch was weighed.
+    selection.regimes = {label: single.chosen.name for label in chosen}
+    selection.no_switch = no_switch
     bind(model, node, selection.chosen, target)
     return selection
 
@@ -171,11 +180,44 @@ def _switchable_few(node, few: Selection, many: Selection, opset: int) -> Kernel
     return None
 
 
-def _pair_cost(kernel: Kernel, few: Selection) -> float:
-    """What serving the few-query regime by ``kernel`` (and the many-query one by its best)
-    costs, as :func:`_overall` counts (log of the cost relative to each regime's best)."""
-    best = min(few.costs.values(), default=1.0) or 1.0
-    return math.log(max(few.costs[kernel.name], 1e-12) / best)
+def _switched_cost(few: Kernel, many: Kernel, per_regime: list, threshold: int,
+                   target: Target) -> float:
+    """What ``If(queries <= threshold, few, many)`` costs, as :func:`_overall` counts (log of
+    the cost relative to each regime's best, summed over the regimes).
+
+    Two things the per-regime ranking does not see. The If: in a regime at or below the
+    threshold (a decode step) it adds :func:`cost_model.switch_cost` of the few-query kernel.
+    And the many-query kernel's gain at the regime's own query count: a kernel that changes
+    its plan only from ``switch_seq`` queries (causal blocks) runs its short form below that
+    — no blocks, the lean decomposition in a Loop of one — so in a regime of fewer queries
+    the switch buys nothing over the few-query kernel (the cost model's entry for the kernel
+    averages prompt lengths, 512 among them; a switch is paid in every decode step, so it is
+    made for the prompts the workload states)."""
+    total = 0.0
+    for regime, s in per_regime:
+        best = min(s.costs.values(), default=1.0) or 1.0
+        if regime.seq <= threshold:
+            cost = s.costs.get(few.name, float("inf")) * (1.0 + cost_model.switch_cost(target))
+        elif many.switch_seq and regime.seq < many.switch_seq:
+            cost = max(s.costs.get(many.name, float("inf")), s.costs.get(few.name, 0.0))
+        else:
+            cost = s.costs.get(many.name, float("inf"))
+        total += math.log(max(cost, 1e-12) / best)
+    return total
+
+
+def _no_switch_reason(few: Kernel, many: Kernel, single: Kernel, per_regime: list,
+                      threshold: int, switched: float, alone: float) -> Refusal:
+    """Why the node is not switched by query length although its regimes disagree."""
+    short = [r.label for r, _ in per_regime
+             if threshold < r.seq and many.switch_seq and r.seq < many.switch_seq]
+    text = (f"queries <= {threshold}: {few.name}; more: {many.name} estimated "
+            f"{math.exp(switched):.2f}x the regimes' best kernels (product over the regimes, the If "
+            f"included) against {math.exp(alone):.2f}x for {single.name} alone")
+    if short:
+        text += (f"; {many.name} runs no blocks below {many.switch_seq} queries "
+                 f"({', '.join(short)})")
+    return refusal("switch_costs_more", text)
 
 
 def _overall(kernel: str, per_regime: list) -> float:

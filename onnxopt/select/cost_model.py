@@ -48,6 +48,13 @@ SEED: dict[tuple[str, ...], float] = {
     # keyed by the size bucket of batch 1 x seq 128: they are geometric means over 1x128,
     # 1x512 and 8x128 (the GPT-2 and LLaMA exports of benchmarks/cpu_speed.py; short sequences
     # pay the Loop of one block, 2-3% of the attention alone).
+    # Where the workload states a prompt of at least MIN_SEQUENCE queries (the "long" feature),
+    # the blocks run at that length: 0.71x the decomposition at 1x512 (1.40x faster, the
+    # attention core alone, benchmarks/causal_blocks.py; RESULTS.md), 0.47-0.69x with a NaN
+    # guard (its two passes over the probabilities shrink with the blocks).
+    ("decompose.AttentionFused.causal_blocks", CPU, "nan_guard", "grouped", "long"): 0.58,
+    ("decompose.AttentionFused.causal_blocks", CPU, "nan_guard", "long"): 0.58,
+    ("decompose.AttentionFused.causal_blocks", CPU, "long"): 0.71,
     ("decompose.AttentionFused.causal_blocks", CPU, "nan_guard", "grouped"): 0.71,
     ("decompose.AttentionFused.causal_blocks", CPU, "nan_guard"): 0.71,
     ("decompose.AttentionFused.causal_blocks", CPU): 0.87,
@@ -108,6 +115,26 @@ SEED: dict[tuple[str, ...], float] = {
 }
 
 
+# What switching kernels by query length costs the few-query regime (a decode step), relative
+# to the kernel it switches to there: the ``If``'s branches read the key/value cache from the
+# outer graph, and ONNX Runtime 1.31 (CPU) runs the attention's MatMuls over it slower there than
+# the same nodes outside an If (profiled at past 1023: 1.3x and 1.6x). Measured on the hidden-512
+# GPT-2 decoder_with_past exports of benchmarks/decode_speed.py (dynamo, 8 heads of 64,
+# interleaved): the same decomposition in an If and inline, 2-7% of a whole decode step at past
+# 127-1023 and batch 4 past 511, where the four attention nodes are 10-15% of the step; four
+# decode attentions over a Concat-made cache that is also an output (benchmarks/if_cache_cost.py):
+# 28-57 us per If against about 110 us per attention at past 1023, 2 us at past 127, not
+# resolved from the noise at 4095 (RESULTS.md, "The query-length switch costs decode steps"). A
+# prefill's attention is so much larger that its If is noise there. Elsewhere not measured: no
+# cost assumed.
+SWITCH_COST: dict[str, float] = {CPU: 0.25}
+
+
+def switch_cost(target: Target) -> float:
+    """The fraction of the decode kernel's cost that its ``If`` adds in a decode step."""
+    return SWITCH_COST.get(target.provider, 0.0)
+
+
 def size_bucket(elements: int) -> str:
     return "S" if elements <= 1 << 17 else ("M" if elements <= 1 << 21 else "L")
 
@@ -129,6 +156,8 @@ def features(node: Node, binding: Binding) -> tuple[str, ...]:
         qs, ks = binding.shape(q.shape), binding.shape(k.shape)
         if qs and ks and len(qs) >= 2 and len(ks) >= 2 and is_decode(qs[-2], ks[-2]):
             feats.append("decode")
+        if qs and len(qs) >= 2 and qs[-2] >= LONG_QUERIES:
+            feats.append("long")
         if qs and ks:
             feats.append(size_bucket(int(np_prod(qs[:-1]) * ks[-2])))
     else:
@@ -140,6 +169,9 @@ def features(node: Node, binding: Binding) -> tuple[str, ...]:
     return tuple(feats)
 
 
+# Queries from which causal attention in blocks runs its blocks (causal_blocks.MIN_SEQUENCE,
+# not imported: that module emits kernels, this one only prices them).
+LONG_QUERIES = 256
 SMALL_ROTARY = 1 << 15  # elements of X below which ORT's rotary op does not pay
 DECODE_QUERIES = 16  # at most this many queries against more keys: a decode step
 

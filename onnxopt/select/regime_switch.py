@@ -9,6 +9,14 @@ blocks is 0.7x the decomposition at 512 queries and 1.3-2.2x it in a decode step
 branch from a copy of the fused node that reads the same outer values. Both branches compute
 the fused op's function, so the output does not depend on which one runs; ONNX Runtime runs
 only the branch taken.
+
+The ``If`` is not free: its branches read the key/value cache from the outer graph, and in
+ONNX Runtime (1.31, CPU) the attention's MatMuls over it run slower inside the branch than the
+same nodes outside (profiled at past 1023: 1.3x and 1.6x; the If's own overhead is a few
+microseconds) — 2-7% of a hidden-512 GPT-2 decode step (benchmarks/if_cache_cost.py;
+RESULTS.md). So selection makes a switch
+only where it costs less over the regimes than one kernel for all of them, the If priced in
+(``onnxopt.select._switched_cost``, ``cost_model.switch_cost``).
 """
 
 from __future__ import annotations

@@ -37,6 +37,8 @@ class Selection:
     regimes: dict[str, str] = field(default_factory=dict)
     switch: str = ""
     also: Kernel | None = None  # the other kernel of a switch (bound for few queries)
+    # Where the regimes disagree and the node is not switched all the same: why (typed).
+    no_switch: Refusal | None = None
 
     def to_json(self) -> dict:
         data = {"node": self.node, "op": self.op, "chosen": self.chosen.name,
@@ -47,6 +49,8 @@ class Selection:
             data["regimes"] = dict(self.regimes)
         if self.switch:
             data["switch"] = self.switch
+        if self.no_switch is not None:
+            data["no_switch"] = self.no_switch.to_json()
         return data
 
 

@@ -31,7 +31,9 @@ def _wrong_decode_branch(path: Path, out: Path) -> None:
 
 def test_optimize_verify_compares_a_decode_step_and_a_wrong_one_fails(tmp_path, cli):
     optimized = tmp_path / "gpt2.onnx"
+    # (a prompt long enough for causal blocks: the attention switches on the query length)
     rc, out, err = cli("optimize", GPT2, "-o", optimized, "--target", "cpu", "--verify",
+                       "--workload", "prefill:seq=512", "--workload", "decode",
                        "--json", tmp_path / "r.json")
     assert rc == 0, err
     runs = json.loads((tmp_path / "r.json").read_text())["verify"]["runs"]

@@ -168,16 +168,27 @@ def test_llama_grouped_query_cache_is_refused_with_its_code():
         assert reasons[NAME].code == "grouped_query_cache"
 
 
-def test_default_workload_keeps_the_prefill_switch():
-    """With a prefill and a decode regime, the kernel (best at decode, but it takes over the
-    cache outside the node, so it cannot sit in one branch of an If) does not displace the
+def test_a_long_prompt_workload_keeps_the_prefill_switch():
+    """With a long prefill and a decode regime, the kernel (best at decode, but it takes over
+    the cache outside the node, so it cannot sit in one branch of an If) does not displace the
     switch between the decomposition and causal blocks: that pair costs less over the two
-    regimes than the kernel alone (it is 1.0x at a prefill, causal blocks 0.87x)."""
-    result = run_pipeline(str(GPT2), OptimizeOptions(target="cpu"))
+    regimes than the kernel alone (it is 1.0x at a 512-token prefill, causal blocks 0.71x)."""
+    options = OptimizeOptions(target="cpu", workload=("prefill:seq=512", "decode"))
+    result = run_pipeline(str(GPT2), options)
     for selection in result.report.stages["select"].selections:
         if selection.op == "AttentionFused":
             assert selection.switch == ("queries <= 1: decompose.AttentionFused; more: "
                                         "decompose.AttentionFused.causal_blocks")
+
+
+def test_default_workload_takes_the_kernel_alone():
+    """At the default 128-token prefill causal blocks run no blocks: the If would cost every
+    decode step for nothing, so the kernel best over both regimes serves both."""
+    result = run_pipeline(str(GPT2), OptimizeOptions(target="cpu"))
+    attention = [s for s in result.report.stages["select"].selections
+                 if s.op == "AttentionFused"]
+    assert attention and all(s.chosen.name == NAME and not s.switch for s in attention)
+    assert all(s.no_switch.code == "switch_costs_more" for s in attention)
 
 
 def test_a_decode_workload_takes_the_kernel():

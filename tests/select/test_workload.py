@@ -69,20 +69,44 @@ def test_a_model_without_cache_has_the_prefill_alone():
     assert wl.binding(model, wl.Regime("prefill")).sizes == {"batch": 1, "seq": 128}
 
 
+# A prompt long enough for the causal blocks to run their blocks (they start at 256 queries).
+LONG_PROMPT = ("prefill:seq=512", "decode")
+
+
 @pytest.mark.parametrize("path, decode_kernel", [(GPT2, "decompose.AttentionFused"),
                                                  (LLAMA, "decompose.AttentionFused.lean")])
 def test_prefill_and_decode_disagree_and_the_node_switches(optimized, path, decode_kernel):
-    report = optimized(path).report.to_json()["select"]
+    report = optimized(path, workload=LONG_PROMPT).report.to_json()["select"]
     assert report["workload"] == [
-        {"kind": "prefill", "batch": 1, "seq": 128, "past": 0},
+        {"kind": "prefill", "batch": 1, "seq": 512, "past": 0},
         {"kind": "decode", "batch": 1, "seq": 1, "past": wl.DEFAULT_PAST}]
     attention = [n for n in report["nodes"] if n["op"] == "AttentionFused"]
     assert attention
     for node in attention:
-        assert node["regimes"] == {"prefill b1 s128 p0": CAUSAL_BLOCKS,
+        assert node["regimes"] == {"prefill b1 s512 p0": CAUSAL_BLOCKS,
                                    f"decode b1 s1 p{wl.DEFAULT_PAST}": decode_kernel}
         assert node["switch"] == f"queries <= 1: {decode_kernel}; more: {CAUSAL_BLOCKS}"
+        assert "no_switch" not in node
     assert report["chosen"][CAUSAL_BLOCKS] == report["chosen"][decode_kernel] == len(attention)
+
+
+@pytest.mark.parametrize("path, kernel", [(GPT2, "ort.MultiHeadAttention.past"),
+                                         (LLAMA, "decompose.AttentionFused.lean")])
+def test_the_default_prefill_is_too_short_for_a_switch(optimized, path, kernel):
+    """At the default prefill (128 tokens) causal blocks run no blocks, so an If that costs every
+    decode step buys nothing: one kernel for both regimes, and the report says why."""
+    result = optimized(path)
+    report = result.report.to_json()["select"]
+    attention = [n for n in report["nodes"] if n["op"] == "AttentionFused"]
+    assert attention
+    for node in attention:
+        assert node["chosen"] == kernel and "switch" not in node
+        assert node["regimes"] == {"prefill b1 s128 p0": kernel,
+                                   f"decode b1 s1 p{wl.DEFAULT_PAST}": kernel}
+        assert node["no_switch"]["code"] == "switch_costs_more"
+        assert f"{CAUSAL_BLOCKS} runs no blocks below 256 queries (prefill b1 s128 p0)" \
+            in node["no_switch"]["text"]
+    assert "If" not in {n.op_type for n in result.proto.graph.node}
 
 
 def test_a_stated_decode_workload_takes_the_decode_kernel_alone(optimized):
@@ -127,7 +151,7 @@ def test_switched_model_computes_the_original(optimized, path, long):
     so = ort.SessionOptions()
     so.log_severity_level = 3
     original = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
-    result = optimized(path)
+    result = optimized(path, workload=LONG_PROMPT)
     assert "If" in {n.op_type for n in result.proto.graph.node}
     opt = ort.InferenceSession(result.proto.SerializeToString(), so,
                                providers=["CPUExecutionProvider"])
@@ -169,3 +193,23 @@ def test_shape_pins_a_regime_of_its_own():
     assert str(regimes[-1]) == "shape: batch=2, past_seq=300, seq=1"
     sizes = wl.binding(model, regimes[-1], {"seq"}).sizes
     assert sizes == {"batch": 2, "seq": 1, "past_seq": 300, "total_seq": 301}
+
+
+def test_long_queries_are_where_causal_blocks_start():
+    from onnxopt.select import causal_blocks, cost_model
+    assert cost_model.LONG_QUERIES == causal_blocks.MIN_SEQUENCE
+
+
+def test_a_dear_switch_is_not_made_even_for_a_long_prompt(monkeypatch):
+    """The If's price in a decode step is what a switch must beat: priced far above the
+    prefill's gain, the pair is refused for the one kernel, with the estimates in the reason."""
+    from onnxopt.select import cost_model
+    monkeypatch.setitem(cost_model.SWITCH_COST, cost_model.CPU, 10.0)
+    result = optimize(str(LLAMA), target="cpu", return_result=True, workload=LONG_PROMPT)
+    attention = [n for n in result.report.to_json()["select"]["nodes"]
+                 if n["op"] == "AttentionFused"]
+    assert attention
+    for node in attention:
+        assert "switch" not in node and node["no_switch"]["code"] == "switch_costs_more"
+        assert "runs no blocks" not in node["no_switch"]["text"]
+    assert "If" not in {n.op_type for n in result.proto.graph.node}
