@@ -1042,15 +1042,23 @@ def _worst_error(path, refs, gots, worst: float) -> float:
     return worst
 
 
-def main_with_past(argv: list[str] | None = None) -> int:
-    """``python models/export.py with-past --only gpt2 --out DIR``: decoder_with_past exports."""
-    ap = argparse.ArgumentParser(prog="export.py with-past")
-    ap.add_argument("--only", default=",".join(WITH_PAST))
-    ap.add_argument("--out", default=os.path.dirname(os.path.abspath(__file__)))
+def _decoder_arguments(prog: str, families, out: str, argv: list[str] | None):
+    """The decoder exports' options (``--only``, ``--out``, ``--exporter``, ``--attn``), parsed;
+    the output folder made."""
+    ap = argparse.ArgumentParser(prog=prog)
+    ap.add_argument("--only", default=",".join(families))
+    ap.add_argument("--out", default=out)
     ap.add_argument("--exporter", choices=["ts", "dynamo", "both"], default="both")
     ap.add_argument("--attn", choices=["eager", "sdpa"], help="default: the family's own")
     args = ap.parse_args(argv)
     os.makedirs(args.out, exist_ok=True)
+    return args
+
+
+def main_with_past(argv: list[str] | None = None) -> int:
+    """``python models/export.py with-past --only gpt2 --out DIR``: decoder_with_past exports."""
+    args = _decoder_arguments("export.py with-past", WITH_PAST,
+                              os.path.dirname(os.path.abspath(__file__)), argv)
     bad = 0
     for name in args.only.split(","):
         for tag in ("ts", "dynamo") if args.exporter == "both" else (args.exporter,):
@@ -1123,14 +1131,8 @@ def verify_merged(name: str, path: str, attn: str | None = None) -> float:
 def main_merged(argv: list[str] | None = None) -> int:
     """``python models/export.py merged [--only gpt2,llama] [--exporter ts|dynamo|both]``:
     merged decoders (``merged_NAME.TAG.onnx``, to ``models/other/merged/`` by default)."""
-    ap = argparse.ArgumentParser(prog="export.py merged")
-    ap.add_argument("--only", default=",".join(MERGED))
-    ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)),
-                                                  "other", "merged"))
-    ap.add_argument("--exporter", choices=["ts", "dynamo", "both"], default="both")
-    ap.add_argument("--attn", choices=["eager", "sdpa"], help="default: the family's own")
-    args = ap.parse_args(argv)
-    os.makedirs(args.out, exist_ok=True)
+    args = _decoder_arguments("export.py merged", MERGED, os.path.join(
+        os.path.dirname(os.path.abspath(__file__)), "other", "merged"), argv)
     bad = 0
     for name in args.only.split(","):
         for tag in ("ts", "dynamo") if args.exporter == "both" else (args.exporter,):
