@@ -126,6 +126,14 @@ def _constant_names(graph) -> dict[str, list[str]]:
     return out
 
 
+def fold_then_share(model):
+    """The Constant nodes become constants (fold_constants), then CSE."""
+    from onnxopt.normalize.fold_constants import fold_constants
+
+    fold_constants(model)
+    return eliminate_common_subexpressions(model)
+
+
 IF_BRANCHES = """
 g (bool c, float[2] x) => (float[2] y) {
   y = If (c) <
@@ -143,12 +151,6 @@ g (bool c, float[2] x) => (float[2] y) {
 
 def test_equal_constants_of_two_branches_become_one_in_the_main_graph(check):
     # Each branch of a merged decoder held its own copy: the file was heavier than its input.
-    from onnxopt.normalize.fold_constants import fold_constants
-
-    def fold_then_share(model):
-        fold_constants(model)  # the Constant nodes become constants
-        return eliminate_common_subexpressions(model)
-
     result = check(IF_BRANCHES, fold_then_share)
     assert result.changes == 1
     names = _constant_names(result.model.graph)
@@ -171,12 +173,6 @@ g (bool c, float[2] x) => (float[2] y) {
 
 def test_a_constant_that_is_its_branchs_output_stays_in_the_branch(check):
     # ONNX Runtime refuses a subgraph output that is read from the enclosing scope.
-    from onnxopt.normalize.fold_constants import fold_constants
-
-    def fold_then_share(model):
-        fold_constants(model)
-        return eliminate_common_subexpressions(model)
-
     result = check(BRANCH_OUTPUT, fold_then_share)
     names = _constant_names(result.model.graph)
     assert names["g"] == [] and len(names["else_g"]) == 1
