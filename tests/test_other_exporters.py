@@ -1,5 +1,5 @@
 """Models in other exporters' shapes (``models/other/``): each comes out loadable, equal and
-no heavier; both branches of a merged decoder are fused and compared.
+no heavier (in tensor bytes and on disk); both branches of a merged decoder are fused and compared.
 
 The models: an opset-11 TorchScript CNN, a tf2onnx-style graph, a TorchScript STFT
 front-end with reflect padding inside and outside an ``If``, a weight-only int8 model,
@@ -38,6 +38,7 @@ def test_optimized_model_loads_verifies_and_is_no_heavier(path, target, tmp_path
     assert data["safeguard"] == {"checks": "passed"}
     optimized, original = onnx.load(out), onnx.load(path)
     assert tensor_bytes(optimized) <= tensor_bytes(original)
+    assert out.stat().st_size <= path.stat().st_size  # the file as a whole, names and all
     assert [(i.domain, i.version) for i in original.opset_import if i.domain == ""] == \
         [(i.domain, i.version) for i in optimized.opset_import if i.domain == ""]
     if target == "cpu":

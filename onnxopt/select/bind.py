@@ -20,7 +20,10 @@ def bind(model: Model, node: Node, kernel: Kernel, target: Target) -> list[Node]
     model's opset imports.
     """
     graph = node.graph or model.graph
-    b = NodeBuilder(graph, node, f"select:{kernel.name}", opset=model.opset)
+    # Named by op type (``Mul_3``), not after the kernel: each node's metadata names its kernel
+    # already, and ``select:decompose.LayerNormFused/ReduceMean_1_out0`` on every node and value
+    # made a model whose region was emitted as the same decomposition come out bigger.
+    b = NodeBuilder(graph, node, f"select:{kernel.name}", opset=model.opset, by_op=True)
     fed_by = [v.producer for v in node.inputs if v is not None]  # before the kernel rewires
     outputs = kernel.emit(b, node, attributes_of(node), target)
     if kernel.layout == Layout.BSH:
