@@ -281,10 +281,9 @@ def _follows_padding(sess, feeds, full: np.ndarray, keep: np.ndarray, fills: set
         padded = _masked(values)
     except Exception:  # noqa: BLE001
         return False
-    if padded is not None and len(fills) <= MAX_FILLS:
-        where = values.reshape(padded.shape) if values.size == padded.size else None
-        if where is not None:
-            fills.update(float(x) for x in np.unique(where[padded])[:MAX_FILLS + 1])
+    if padded is not None and len(fills) <= MAX_FILLS:  # (padded: values with leading 1s)
+        fills.update(float(x) for x in np.unique(values.reshape(padded.shape)[padded])
+                     [:MAX_FILLS + 1])
     if padded is None or padded.ndim != 4 or keep.ndim != 2:
         return False
     try:  # a candidate whose batch is not the mask's (a malformed model) does not follow it

@@ -267,7 +267,7 @@ def _no_key_rows_average(b, out, q, v, attrs: AttentionAttrs, keep, start, end):
     seen = b.op("Sub", b.op("GatherElements", before, hi, axis=1),
                 b.op("GatherElements", before, lo, axis=1))  # kept keys in [lo, hi): [B, Sq]
     no_key = b.op("Unsqueeze", b.op("LessOrEqual", seen, zero), axes(1, 3))  # [B, 1, Sq, 1]
-    mean = _reduce_mean_keys(b, v)  # [B, Hkv, 1, D]
+    mean = _reduce(b, "ReduceMean", v, axis=2, keepdims=1)  # [B, Hkv, 1, D]
     heads, kv_heads = attrs.num_heads, attrs.kv_heads
     if heads and kv_heads and heads != kv_heads:  # each query head reads its group's mean
         grouped = b.op("Expand", b.op("Unsqueeze", mean, axes(2)),
@@ -275,12 +275,6 @@ def _no_key_rows_average(b, out, q, v, attrs: AttentionAttrs, keep, start, end):
         mean = b.op("Reshape", grouped, b.const(np.array([0, heads, 1, -1], np.int64), "heads"))
     result = b.op("Where", no_key, mean, out)
     return _typed(result, out.dtype, out.shape)
-
-
-def _reduce_mean_keys(b, v):
-    if int(getattr(b, "opset", 0) or 18) >= 18:
-        return b.op("ReduceMean", v, b.const(np.array([2], np.int64), "axes"), keepdims=1)
-    return b.op("ReduceMean", v, axes=[2], keepdims=1)
 
 
 def _keep(b, mask):
@@ -304,14 +298,15 @@ def _key_range(b, keep, shape):
     positions = _typed(b.op("CumSum", ones, b.const(np.array(1, np.int32), "axis")), "int32",
                        shape)  # 1 .. Skv in every row
     kept_positions = _typed(b.op("Mul", ints, positions), "int32", shape)
-    end = _reduce_max(b, kept_positions)
+    end = _reduce(b, "ReduceMax", kept_positions, axis=1, keepdims=0)
     return start, _typed(end, "int32", batch)
 
 
-def _reduce_max(b, x):
+def _reduce(b, op: str, x, *, axis: int, keepdims: int):
+    """``op`` (ReduceMax, ReduceMean) over one axis, its axes an input from opset 18 on."""
     if int(getattr(b, "opset", 0) or 18) >= 18:
-        return b.op("ReduceMax", x, b.const(np.array([1], np.int64), "axes"), keepdims=0)
-    return b.op("ReduceMax", x, axes=[1], keepdims=0)
+        return b.op(op, x, b.const(np.array([axis], np.int64), "axes"), keepdims=keepdims)
+    return b.op(op, x, axes=[axis], keepdims=keepdims)
 
 
 def _padding_bias(b, keep, dtype: str, shape):
